@@ -1,0 +1,21 @@
+"""Ring all-reduce: ring reduce-scatter followed by ring all-gather.
+
+Steps: split the vector into p near-equal blocks; reduce-scatter them around the ring so
+rank r holds the reduced block r (reduce_scatter_ring), then circulate the reduced blocks
+around the same ring (allgather_ring).
+
+Restrictions: none.  Bandwidth-optimal: every rank sends and receives 2 (p-1)/p n elements,
+whatever p; the latency term grows with p, so small messages prefer recursive doubling.
+
+Cost: 2 (p-1) alpha + 2 ((p-1)/p) n beta + ((p-1)/p) n gamma.
+"""
+from ..schedule import blocks
+from .allgather_ring import allgather_ring
+from .reduce_scatter_ring import reduce_scatter_ring
+
+
+def allreduce_ring(s, count):
+    """All-reduce ACC in place: ring reduce-scatter, then ring all-gather."""
+    counts, _ = blocks(count, s.size)
+    reduce_scatter_ring(s, counts)
+    allgather_ring(s, counts)

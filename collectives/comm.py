@@ -1,0 +1,520 @@
+"""``Comm``: an mpi4py communicator whose collectives run our hand-written algorithms.
+
+Method names and signatures are mpi4py's (``Allreduce(sendbuf, recvbuf, op=MPI.SUM)``,
+``Bcast(buf, root=0)``, ...), each with an optional ``algorithm=`` keyword.  Anything not
+implemented here is looked up on the wrapped communicator, so an existing mpi4py program
+switches over by wrapping its communicator and nothing else.
+
+Every method validates its arguments on the calling rank first (ValueError / TypeError
+naming the problem), then builds a *job* that runs the schedule.  Blocking methods run the
+job at once; ``I...`` methods hand it to the progress thread and return a Request.  With
+``check=True`` (the default; COLLECTIVES_CHECK=0 turns it off) a job first agrees with the
+other ranks on counts, dtype, op, root and algorithm through one small native all-reduce,
+so a mismatch raises the same error on every rank instead of hanging or truncating.
+"""
+import os
+
+import numpy as np
+from mpi4py import MPI
+
+from . import kernels
+from .buffers import is_in_place, parse
+from .nonblocking import Progress
+from .ops import DTYPES, OP_NAMES, check_op, dtype_code
+from .registry import ALGORITHMS, names, plan, resolve_name, select
+from .schedule import blocks, displacements, run_python
+
+try:
+    from ._engine import execute as _native_execute
+except ImportError:
+    _native_execute = None
+
+NATIVE = _native_execute is not None and not kernels.PUREPYTHON
+
+# One tag per collective on the private communicator.
+TAG = {name: 100 + i for i, name in enumerate(ALGORITHMS)}
+_BYTE = dtype_code(np.uint8)
+_COLLECTIVE_INDEX = {name: i for i, name in enumerate(ALGORITHMS)}
+
+
+def _as_bytes(arr):
+    return arr.view(np.uint8) if arr.size else np.empty(0, np.uint8)
+
+
+def _check_root(root, size, name):
+    if not isinstance(root, (int, np.integer)) or not 0 <= root < size:
+        raise ValueError(f"{name}: invalid root {root!r} for a communicator of size {size}")
+    return int(root)
+
+
+def _same_dtype(a, b, name):
+    if a.dtype != b.dtype:
+        raise TypeError(f"{name}: sendbuf dtype {a.dtype} differs from recvbuf dtype {b.dtype}")
+
+
+class Comm:
+    """Wrap ``comm`` (default COMM_WORLD) so its collectives use collectives' algorithms.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Intracomm
+        The communicator to wrap.  Collective traffic runs on a private duplicate of it.
+    algorithms : dict, optional
+        Per-communicator choice, e.g. ``{"allreduce": "ring"}``; overrides the
+        COLLECTIVES_<COLLECTIVE> environment variables.  A per-call ``algorithm=`` wins over both.
+    check : bool, optional
+        Agree across ranks on arguments before each collective (default: COLLECTIVES_CHECK, on).
+    """
+
+    def __init__(self, comm=None, *, algorithms=None, check=None):
+        self.comm = MPI.COMM_WORLD if comm is None else comm
+        if isinstance(self.comm, Comm):
+            self.comm = self.comm.comm
+        if self.comm.Is_inter():
+            raise TypeError("collectives.Comm wraps intracommunicators only")
+        self._coll = self.comm.Dup()
+        self.rank = self._coll.Get_rank()
+        self.size = self._coll.Get_size()
+        self.algorithms = {}
+        for collective, name in (algorithms or {}).items():
+            if collective not in ALGORITHMS:
+                raise ValueError(f"unknown collective {collective!r}; one of {', '.join(ALGORITHMS)}")
+            self.algorithms[collective] = resolve_name(collective, name)
+        if check is None:
+            check = os.environ.get("COLLECTIVES_CHECK", "1") not in ("", "0")
+        self.check = bool(check)
+        self._scratch = {}
+        self._progress = None
+
+    def __getattr__(self, name):
+        if name.startswith("_") or name == "comm":
+            raise AttributeError(name)
+        return getattr(self.comm, name)
+
+    def __repr__(self):
+        return f"<collectives.Comm rank {self.rank} of {self.size}>"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.Free()
+
+    def Free(self):
+        """Release the private communicator and stop the progress thread (not the wrapped one)."""
+        if self._progress is not None:
+            self._progress.close()
+            self._progress = None
+        if self._coll != MPI.COMM_NULL:
+            self._coll.Free()
+
+    def Get_rank(self):
+        """Rank of this process."""
+        return self.rank
+
+    def Get_size(self):
+        """Number of processes."""
+        return self.size
+
+    # ---- machinery shared by every collective -------------------------------------------
+
+    def _choose(self, collective, algorithm, count, nbytes, uniform=True):
+        requested = algorithm if algorithm is not None else self.algorithms.get(collective)
+        if requested is None:
+            requested = os.environ.get(f"COLLECTIVES_{collective.upper()}", "auto")
+        return select(collective, requested, self.size, count, nbytes, uniform)
+
+    def _buffer(self, purpose, nbytes):
+        """A reused, pre-touched scratch buffer of at least ``nbytes`` for ``purpose``."""
+        buf = self._scratch.get(purpose)
+        if buf is None or buf.nbytes < nbytes:
+            buf = np.zeros(max(nbytes, 64), np.uint8)
+            self._scratch[purpose] = buf
+        return buf[:nbytes]
+
+    def _execute(self, algo, args, acc, inp, dtype, op, collective):
+        steps, tmp_count, nreq = plan(algo.name, self.rank, self.size, *args)
+        itemsize = np.dtype(DTYPES[dtype]).itemsize
+        tmp = self._buffer("tmp", tmp_count * itemsize) if tmp_count else None
+        if NATIVE:
+            _native_execute(self._coll, steps, acc, tmp, inp, dtype, op, TAG[collective], nreq)
+        else:
+            bufs = [None if b is None else _as_bytes(b) for b in (acc, tmp, inp)]
+            run_python(self._coll, steps, bufs, dtype, op, TAG[collective])
+
+    def _agree(self, collective, algo, **fields):
+        """Raise the same ValueError on every rank unless all ranks passed equal ``fields``."""
+        fields = dict(collective=_COLLECTIVE_INDEX[collective],
+                      algorithm=names(collective).index(algo.name), **fields)
+        values = np.array(list(fields.values()), dtype=np.int64)
+        both = np.concatenate((values, -values))
+        self._coll.Allreduce(MPI.IN_PLACE, both, op=MPI.MAX)
+        hi, lo = both[:len(values)], -both[len(values):]
+        bad = [f"{k} ranges {lo[i]}..{hi[i]}" for i, k in enumerate(fields) if lo[i] != hi[i]]
+        if bad:
+            raise ValueError(f"{collective}: arguments differ across ranks: " + ", ".join(bad))
+
+    def _run(self, job):
+        if self._progress is not None and self._progress.busy():
+            self._progress.submit(job).wait()
+        else:
+            job()
+
+    def _start(self, job):
+        if self._progress is None:
+            self._progress = Progress()
+        return self._progress.submit(job)
+
+    # ---- all-reduce ----------------------------------------------------------------------
+
+    def _allreduce_job(self, sendbuf, recvbuf, op, algorithm):
+        recv, n, _ = parse(recvbuf, "recvbuf", writable=True)
+        send = None
+        if not is_in_place(sendbuf):
+            send, ns, _ = parse(sendbuf, "sendbuf")
+            if ns != n:
+                raise ValueError(f"Allreduce: sendbuf has {ns} elements but recvbuf has {n}")
+            _same_dtype(send, recv, "Allreduce")
+        opc, dt = check_op(op, recv.dtype)
+        algo = self._choose("allreduce", algorithm, n, recv.nbytes)
+
+        def job():
+            if self.check:
+                self._agree("allreduce", algo, count=n, dtype=dt, op=opc)
+            if send is not None and not np.shares_memory(send, recv):
+                np.copyto(recv, send)
+            if n and self.size > 1:
+                self._execute(algo, (n,), recv, None, dt, opc, "allreduce")
+        return job
+
+    def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
+        """Combine ``sendbuf`` of every rank with ``op`` into ``recvbuf`` of every rank."""
+        self._run(self._allreduce_job(sendbuf, recvbuf, op, algorithm))
+
+    def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
+        """Nonblocking Allreduce; returns a Request."""
+        return self._start(self._allreduce_job(sendbuf, recvbuf, op, algorithm))
+
+    # ---- broadcast -----------------------------------------------------------------------
+
+    def _bcast_job(self, buf, root, algorithm):
+        root = _check_root(root, self.size, "Bcast")
+        arr, n, _ = parse(buf, "buf", writable=True)
+        data = _as_bytes(arr)
+        algo = self._choose("bcast", algorithm, data.size, data.size)
+
+        def job():
+            if self.check:
+                self._agree("bcast", algo, nbytes=data.size, root=root)
+            if data.size and self.size > 1:
+                self._execute(algo, (data.size, root), data, None, _BYTE, 0, "bcast")
+        return job
+
+    def Bcast(self, buf, root=0, algorithm=None):
+        """Broadcast ``buf`` of rank ``root`` into ``buf`` of every rank."""
+        self._run(self._bcast_job(buf, root, algorithm))
+
+    def Ibcast(self, buf, root=0, algorithm=None):
+        """Nonblocking Bcast; returns a Request."""
+        return self._start(self._bcast_job(buf, root, algorithm))
+
+    # ---- reduce --------------------------------------------------------------------------
+
+    def _reduce_job(self, sendbuf, recvbuf, op, root, algorithm):
+        root = _check_root(root, self.size, "Reduce")
+        is_root = self.rank == root
+        recv = None
+        if is_root:
+            recv, n, _ = parse(recvbuf, "recvbuf", writable=True)
+        if is_in_place(sendbuf):
+            if not is_root:
+                raise ValueError("Reduce: MPI.IN_PLACE is only valid at the root")
+            send = recv
+        else:
+            send, n_send, _ = parse(sendbuf, "sendbuf")
+            if is_root:
+                if n_send != n:
+                    raise ValueError(f"Reduce: sendbuf has {n_send} elements but recvbuf has {n}")
+                _same_dtype(send, recv, "Reduce")
+            n = n_send
+        opc, dt = check_op(op, send.dtype)
+        algo = self._choose("reduce", algorithm, n, send.nbytes)
+
+        def job():
+            if self.check:
+                self._agree("reduce", algo, count=n, dtype=dt, op=opc, root=root)
+            if self.size == 1:
+                if not np.shares_memory(send, recv):
+                    np.copyto(recv, send)
+            elif n:
+                self._execute(algo, (n, root), recv, send, dt, opc, "reduce")
+        return job
+
+    def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, root=0, algorithm=None):
+        """Combine ``sendbuf`` of every rank with ``op`` into ``recvbuf`` of rank ``root``."""
+        self._run(self._reduce_job(sendbuf, recvbuf, op, root, algorithm))
+
+    def Ireduce(self, sendbuf, recvbuf, op=MPI.SUM, root=0, algorithm=None):
+        """Nonblocking Reduce; returns a Request."""
+        return self._start(self._reduce_job(sendbuf, recvbuf, op, root, algorithm))
+
+    # ---- all-gather ----------------------------------------------------------------------
+
+    def _allgather_job(self, sendbuf, recvbuf, algorithm, vector):
+        name = "Allgatherv" if vector else "Allgather"
+        recv, counts, displs = parse(recvbuf, "recvbuf", writable=True, vector=True)
+        p, r = self.size, self.rank
+        if vector and counts is None:
+            raise ValueError(f"{name}: recvbuf must give counts, e.g. [buf, (counts, displs), MPI.DOUBLE]")
+        if counts is not None and len(counts) != p:
+            raise ValueError(f"{name}: {len(counts)} counts for a communicator of size {p}")
+        send = None
+        if not is_in_place(sendbuf):
+            send, ns, _ = parse(sendbuf, "sendbuf")
+            _same_dtype(send, recv, name)
+            if counts is None:
+                counts = (ns,) * p
+            elif counts[r] != ns:
+                raise ValueError(f"{name}: sendbuf has {ns} elements but recvbuf expects {counts[r]} from rank {r}")
+        elif counts is None:
+            if recv.size % p:
+                raise ValueError(f"{name}: in-place recvbuf of {recv.size} elements is not divisible by {p} ranks")
+            counts = (recv.size // p,) * p
+        if displs is None:
+            displs = displacements(counts)
+        total = sum(counts)
+        if not vector and recv.size != total:
+            raise ValueError(f"{name}: recvbuf has {recv.size} elements, expected {p} x {counts[0]} = {total}")
+        packed = displs == displacements(counts)
+        size = recv.dtype.itemsize
+        bcounts = tuple(c * size for c in counts)
+        algo = self._choose("allgather", algorithm, total, total * size, uniform=len(set(counts)) <= 1)
+
+        def job():
+            if self.check:
+                self._agree("allgather", algo, dtype=recv.dtype.num, itemsize=size,
+                            **{f"count{i}": c for i, c in enumerate(counts)})
+            acc = recv[:total] if packed else self._buffer("pack", total * size).view(recv.dtype)
+            at = displacements(counts)
+            own = acc[at[r]:at[r] + counts[r]]
+            if send is not None:
+                np.copyto(own, send)
+            elif not packed:
+                np.copyto(own, recv[displs[r]:displs[r] + counts[r]])
+            if total and p > 1:
+                self._execute(algo, (bcounts,), _as_bytes(acc), None, _BYTE, 0, "allgather")
+            if not packed:
+                for i in range(p):
+                    recv[displs[i]:displs[i] + counts[i]] = acc[at[i]:at[i] + counts[i]]
+        return job
+
+    def Allgather(self, sendbuf, recvbuf, algorithm=None):
+        """Gather ``sendbuf`` of every rank, in rank order, into ``recvbuf`` of every rank."""
+        self._run(self._allgather_job(sendbuf, recvbuf, algorithm, vector=False))
+
+    def Iallgather(self, sendbuf, recvbuf, algorithm=None):
+        """Nonblocking Allgather; returns a Request."""
+        return self._start(self._allgather_job(sendbuf, recvbuf, algorithm, vector=False))
+
+    def Allgatherv(self, sendbuf, recvbuf, algorithm=None):
+        """Allgather with per-rank counts: ``recvbuf`` is [buf, (counts, displs), datatype]."""
+        self._run(self._allgather_job(sendbuf, recvbuf, algorithm, vector=True))
+
+    # ---- reduce-scatter ------------------------------------------------------------------
+
+    def _reduce_scatter_job(self, sendbuf, recvbuf, counts, op, algorithm, name):
+        p, r = self.size, self.rank
+        recv, n_recv, _ = parse(recvbuf, "recvbuf", writable=True)
+        in_place = is_in_place(sendbuf)
+        send = recv if in_place else parse(sendbuf, "sendbuf")[0]
+        _same_dtype(send, recv, name)
+        if counts is None:
+            if name == "Reduce_scatter_block" or in_place:
+                if send.size % p:
+                    raise ValueError(f"{name}: {send.size} elements do not split evenly over {p} ranks")
+                counts = (send.size // p,) * p
+            else:
+                counts = tuple(int(c) for c in self._coll.allgather(n_recv))
+        counts = tuple(int(c) for c in counts)
+        if len(counts) != p or any(c < 0 for c in counts):
+            raise ValueError(f"{name}: recvcounts must be {p} non-negative counts, got {counts}")
+        total = sum(counts)
+        if send.size != total:
+            raise ValueError(f"{name}: sendbuf has {send.size} elements but the counts add up to {total}")
+        if not in_place and n_recv < counts[r]:
+            raise ValueError(f"{name}: recvbuf has {n_recv} elements, rank {r} receives {counts[r]}")
+        opc, dt = check_op(op, recv.dtype)
+        algo = self._choose("reduce_scatter", algorithm, total, send.nbytes,
+                            uniform=len(set(counts)) <= 1)
+        start = sum(counts[:r])
+
+        def job():
+            if self.check:
+                self._agree("reduce_scatter", algo, dtype=dt, op=opc,
+                            **{f"count{i}": c for i, c in enumerate(counts)})
+            acc = recv if in_place else self._buffer("acc", send.nbytes).view(send.dtype)
+            if not in_place:
+                np.copyto(acc, send)
+            if total and p > 1:
+                self._execute(algo, (counts,), acc, None, dt, opc, "reduce_scatter")
+            if in_place:
+                recv[:counts[r]] = acc[start:start + counts[r]].copy() if start else acc[:counts[r]]
+            else:
+                recv[:counts[r]] = acc[start:start + counts[r]]
+        return job
+
+    def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
+        """Combine ``sendbuf`` of every rank with ``op``; rank i receives block i."""
+        self._run(self._reduce_scatter_job(sendbuf, recvbuf, None, op, algorithm, "Reduce_scatter_block"))
+
+    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM, algorithm=None):
+        """Combine ``sendbuf`` of every rank with ``op``; rank i receives ``recvcounts[i]`` elements."""
+        self._run(self._reduce_scatter_job(sendbuf, recvbuf, recvcounts, op, algorithm, "Reduce_scatter"))
+
+    # ---- gather and scatter ---------------------------------------------------------------
+
+    def _rooted_vector(self, spec, root, name, writable):
+        """Root side of Gather(v)/Scatter(v): (array, counts, displs) from a v-spec."""
+        arr, counts, displs = parse(spec, name, writable=writable, vector=True)
+        if counts is None:
+            if arr.size % self.size:
+                raise ValueError(f"{name}: {arr.size} elements do not split evenly over {self.size} ranks")
+            counts, displs = blocks(arr.size, self.size)
+        if len(counts) != self.size:
+            raise ValueError(f"{name}: {len(counts)} counts for a communicator of size {self.size}")
+        return arr, counts, displs
+
+    def _gather_job(self, sendbuf, recvbuf, root, algorithm, vector):
+        name = "Gatherv" if vector else "Gather"
+        root = _check_root(root, self.size, name)
+        p, r = self.size, self.rank
+        recv = counts = displs = None
+        if r == root:
+            recv, counts, displs = self._rooted_vector(recvbuf, root, "recvbuf", writable=True)
+        if is_in_place(sendbuf):
+            if r != root:
+                raise ValueError(f"{name}: MPI.IN_PLACE is only valid at the root")
+            send = recv[displs[r]:displs[r] + counts[r]]
+        else:
+            send, ns, _ = parse(sendbuf, "sendbuf")
+            if r == root:
+                _same_dtype(send, recv, name)
+                if ns != counts[r]:
+                    raise ValueError(f"{name}: sendbuf has {ns} elements but recvbuf expects {counts[r]} from the root")
+        size = send.dtype.itemsize
+        if r == root:
+            uniform = len(set(counts)) <= 1
+            bcounts = tuple(c * size for c in counts)
+        else:
+            # Only the root knows every count; a non-root knows its own.
+            uniform = not vector
+            bcounts = tuple((send.size * size if i == r or uniform else -1) for i in range(p))
+        packed = r != root or displs == displacements(counts)
+        algo = self._choose("gather", algorithm, send.size * p, send.nbytes * p, uniform=uniform)
+
+        def job():
+            if self.check:
+                self._agree("gather", algo, root=root, itemsize=size, uniform=uniform)
+            acc = None
+            if r == root:
+                acc = (recv[:sum(counts)] if packed else self._buffer("pack", sum(bcounts)).view(recv.dtype))
+            if p == 1:
+                if not np.shares_memory(acc, send):
+                    np.copyto(acc[:send.size], send)
+            else:
+                self._execute(algo, (bcounts, root), None if acc is None else _as_bytes(acc),
+                              _as_bytes(send), _BYTE, 0, "gather")
+            if r == root and not packed:
+                at = displacements(counts)
+                for i in range(p):
+                    recv[displs[i]:displs[i] + counts[i]] = acc[at[i]:at[i] + counts[i]]
+        return job
+
+    def Gather(self, sendbuf, recvbuf, root=0, algorithm=None):
+        """Gather ``sendbuf`` of every rank, in rank order, into ``recvbuf`` of rank ``root``."""
+        self._run(self._gather_job(sendbuf, recvbuf, root, algorithm, vector=False))
+
+    def Gatherv(self, sendbuf, recvbuf, root=0, algorithm=None):
+        """Gather with per-rank counts given at the root: [buf, (counts, displs), datatype]."""
+        self._run(self._gather_job(sendbuf, recvbuf, root, algorithm, vector=True))
+
+    def _scatter_job(self, sendbuf, recvbuf, root, algorithm, vector):
+        name = "Scatterv" if vector else "Scatter"
+        root = _check_root(root, self.size, name)
+        p, r = self.size, self.rank
+        send = counts = displs = None
+        if r == root:
+            send, counts, displs = self._rooted_vector(sendbuf, root, "sendbuf", writable=False)
+        if is_in_place(recvbuf):
+            if r != root:
+                raise ValueError(f"{name}: MPI.IN_PLACE is only valid at the root")
+            recv = None
+        else:
+            recv, nr, _ = parse(recvbuf, "recvbuf", writable=True)
+            if r == root:
+                _same_dtype(send, recv, name)
+                if nr != counts[r]:
+                    raise ValueError(f"{name}: recvbuf has {nr} elements but the root sends itself {counts[r]}")
+        size = (send if r == root else recv).dtype.itemsize
+        if r == root:
+            uniform = len(set(counts)) <= 1
+            bcounts = tuple(c * size for c in counts)
+        else:
+            uniform = not vector
+            bcounts = tuple((recv.size * size if i == r or uniform else -1) for i in range(p))
+        packed = r != root or displs == displacements(counts)
+        algo = self._choose("scatter", algorithm, (recv.size if recv is not None else counts[r]) * p,
+                            sum(bcounts) if r == root else bcounts[r] * p, uniform=uniform)
+
+        def job():
+            if self.check:
+                self._agree("scatter", algo, root=root, itemsize=size, uniform=uniform)
+            src = None
+            if r == root:
+                if packed:
+                    src = send[:sum(counts)]
+                else:
+                    src = self._buffer("pack", sum(bcounts)).view(send.dtype)
+                    at = displacements(counts)
+                    for i in range(p):
+                        src[at[i]:at[i] + counts[i]] = send[displs[i]:displs[i] + counts[i]]
+            own = recv if recv is not None else None
+            if p == 1:
+                if own is not None:
+                    np.copyto(own, src[:own.size])
+            else:
+                out = own if own is not None else self._buffer("own", bcounts[r]).view(send.dtype)
+                self._execute(algo, (bcounts, root), _as_bytes(out),
+                              None if src is None else _as_bytes(src), _BYTE, 0, "scatter")
+        return job
+
+    def Scatter(self, sendbuf, recvbuf, root=0, algorithm=None):
+        """Scatter block i of ``sendbuf`` at rank ``root`` to ``recvbuf`` of rank i."""
+        self._run(self._scatter_job(sendbuf, recvbuf, root, algorithm, vector=False))
+
+    def Scatterv(self, sendbuf, recvbuf, root=0, algorithm=None):
+        """Scatter with per-rank counts given at the root: [buf, (counts, displs), datatype]."""
+        self._run(self._scatter_job(sendbuf, recvbuf, root, algorithm, vector=True))
+
+    # ---- barrier -------------------------------------------------------------------------
+
+    def _barrier_job(self, algorithm):
+        algo = self._choose("barrier", algorithm, 0, 0)
+
+        def job():
+            if self.check:
+                self._agree("barrier", algo)
+            if self.size > 1:
+                self._execute(algo, (), None, None, _BYTE, 0, "barrier")
+        return job
+
+    def Barrier(self, algorithm=None):
+        """Block until every rank has entered the barrier."""
+        self._run(self._barrier_job(algorithm))
+
+    def Ibarrier(self, algorithm=None):
+        """Nonblocking Barrier; returns a Request."""
+        return self._start(self._barrier_job(algorithm))
+
+
+__all__ = ["Comm", "NATIVE", "OP_NAMES"]

@@ -1,0 +1,167 @@
+"""Which algorithm runs: the table of algorithms, their restrictions, and the ``auto`` policy.
+
+Selection is data kept out of the algorithm modules (MPICH's coll selection, in small):
+
+* ``ALGORITHMS`` lists, per collective, every algorithm with its restriction, if any;
+* ``AUTO`` is the default policy: the first row whose size and process-count bounds match;
+* ``COLLECTIVES_<COLLECTIVE>=<name>`` in the environment forces one (``COLLECTIVES_ALLREDUCE=ring``);
+* a forced algorithm whose restriction fails falls back to ``auto``, logging the reason.
+
+Names are the module names, ``<collective>_<algorithm>``; users may drop the prefix.
+"""
+import functools
+import importlib
+import logging
+import os
+
+log = logging.getLogger("collectives")
+
+
+class Algorithm:
+    """One row of the table: a schedule builder and the restriction it places on its use."""
+
+    def __init__(self, name, restriction=None, why=""):
+        self.name = name
+        self.restriction = restriction
+        self.why = why
+
+    def applies(self, size, count, uniform):
+        """None when usable for this call, else the reason it is not."""
+        if self.restriction is None or self.restriction(size, count, uniform):
+            return None
+        return self.why
+
+    @functools.cached_property
+    def build(self):
+        """The builder function, imported on first use from collectives.algorithms.<name>."""
+        return getattr(importlib.import_module(f"collectives.algorithms.{self.name}"), self.name)
+
+
+def _uniform(size, count, uniform):
+    return uniform
+
+
+def _scratch_ok(size, count, uniform):
+    return (size - 1) * count <= MAX_SCRATCH_ELEMENTS
+
+
+# The naive all-to-all holds p - 1 incoming vectors at once.
+MAX_SCRATCH_ELEMENTS = int(os.environ.get("COLLECTIVES_MAX_SCRATCH", str(1 << 28)))
+
+ALGORITHMS = {
+    "allreduce": [
+        Algorithm("allreduce_all_to_all", _scratch_ok,
+                  "needs (p - 1) x count elements of scratch, over COLLECTIVES_MAX_SCRATCH"),
+        Algorithm("allreduce_reduce_bcast"),
+        Algorithm("allreduce_binomial"),
+        Algorithm("allreduce_round_robin"),
+        Algorithm("allreduce_recursive_doubling"),
+        Algorithm("allreduce_rabenseifner"),
+        Algorithm("allreduce_ring"),
+        Algorithm("allreduce_ring_segmented"),
+    ],
+    "bcast": [
+        Algorithm("bcast_binomial"),
+        Algorithm("bcast_scatter_allgather"),
+    ],
+    "reduce": [
+        Algorithm("reduce_binomial"),
+    ],
+    "allgather": [
+        Algorithm("allgather_ring"),
+        Algorithm("allgather_recursive_doubling"),
+    ],
+    "reduce_scatter": [
+        Algorithm("reduce_scatter_ring"),
+        Algorithm("reduce_scatter_recursive_halving"),
+    ],
+    "gather": [
+        Algorithm("gather_linear"),
+        Algorithm("gather_binomial", _uniform, "needs equal counts on every rank (use Gather, not Gatherv)"),
+    ],
+    "scatter": [
+        Algorithm("scatter_linear"),
+        Algorithm("scatter_binomial", _uniform, "needs equal counts on every rank (use Scatter, not Scatterv)"),
+    ],
+    "barrier": [
+        Algorithm("barrier_dissemination"),
+        Algorithm("barrier_linear"),
+    ],
+}
+
+_BY_NAME = {a.name: a for rows in ALGORITHMS.values() for a in rows}
+
+# auto: per collective, rows of (largest message in bytes, largest communicator, algorithm),
+# first match wins.  Measured on the 2-core machine by bench/; see README "Benchmarks".
+AUTO = {
+    "allreduce": [
+        (16 << 10, None, "allreduce_recursive_doubling"),
+        (None, None, "allreduce_ring"),
+    ],
+    "bcast": [
+        (64 << 10, None, "bcast_binomial"),
+        (None, None, "bcast_scatter_allgather"),
+    ],
+    "reduce": [(None, None, "reduce_binomial")],
+    "allgather": [
+        (16 << 10, None, "allgather_recursive_doubling"),
+        (None, None, "allgather_ring"),
+    ],
+    "reduce_scatter": [
+        (16 << 10, None, "reduce_scatter_recursive_halving"),
+        (None, None, "reduce_scatter_ring"),
+    ],
+    "gather": [(None, None, "gather_binomial")],
+    "scatter": [(None, None, "scatter_binomial")],
+    "barrier": [(None, None, "barrier_dissemination")],
+}
+
+
+def names(collective):
+    """Every algorithm name of ``collective``, in table order."""
+    return [a.name for a in ALGORITHMS[collective]]
+
+
+def resolve_name(collective, name):
+    """Full name of algorithm ``name`` ("ring" or "allreduce_ring") or "auto"; ValueError if unknown."""
+    if name in (None, "", "auto"):
+        return "auto"
+    full = name if name.startswith(collective + "_") else f"{collective}_{name}"
+    if full not in _BY_NAME or not full.startswith(collective + "_"):
+        raise ValueError(f"unknown {collective} algorithm {name!r}; choose auto or one of "
+                         + ", ".join(n[len(collective) + 1:] for n in names(collective)))
+    return full
+
+
+def env_choice(collective):
+    """The algorithm forced by COLLECTIVES_<COLLECTIVE>, or "auto"."""
+    return resolve_name(collective, os.environ.get(f"COLLECTIVES_{collective.upper()}", "auto"))
+
+
+def select(collective, requested, size, count, nbytes, uniform=True):
+    """The Algorithm to run: ``requested`` when it applies, else the ``auto`` choice."""
+    name = resolve_name(collective, requested)
+    if name != "auto":
+        algo = _BY_NAME[name]
+        reason = algo.applies(size, count, uniform)
+        if reason is None:
+            return algo
+        log.info("collectives: %s does not apply (%s); falling back to auto", name, reason)
+    for max_bytes, max_size, auto_name in AUTO[collective]:
+        if (max_bytes is None or nbytes <= max_bytes) and (max_size is None or size <= max_size):
+            algo = _BY_NAME[auto_name]
+            if algo.applies(size, count, uniform) is None:
+                return algo
+    return next(a for a in ALGORITHMS[collective] if a.applies(size, count, uniform) is None)
+
+
+@functools.lru_cache(maxsize=1024)
+def plan(name, rank, size, *args):
+    """The cached schedule of algorithm ``name`` for one rank: (steps, tmp_count, nreq)."""
+    from .schedule import Schedule
+
+    sched = Schedule(rank, size)
+    _BY_NAME[name].build(sched, *args)
+    steps = sched.finish()
+    steps.setflags(write=False)
+    return steps, sched.tmp_count, sched.nreq

@@ -1,0 +1,151 @@
+"""Schedules: what one rank does in one collective, as data.
+
+An algorithm module never talks to MPI.  It appends steps to a ``Schedule`` for one rank,
+communicator size, element count and root; the result is cached and run by an executor:
+the native one (collectives._engine, Cython on mpi4py's C API, no Python between steps)
+or ``run_python`` below (mpi4py calls and NumPy), selected with COLLECTIVES_PUREPYTHON.
+
+Buffers are named, never addressed: ACC is the buffer that ends up holding the result
+(the user's receive buffer when it can be), TMP is scratch the executor owns, IN is the
+caller's read-only input.  Offsets and counts are in elements; the executor scales them by
+the item size, so one schedule serves every dtype and op.
+"""
+import numpy as np
+
+ACC, TMP, IN = 0, 1, 2
+
+# Step kinds; each row is [kind, buf_a, off_a, cnt_a, peer_a, buf_b, off_b, cnt_b, peer_b].
+SENDRECV, REDUCE, COPY, ISEND, IRECV, WAITALL = range(6)
+NONE = -1  # no peer (MPI_PROC_NULL) or no buffer
+NCOLS = 9
+
+
+def displacements(counts):
+    """Offsets of blocks of ``counts`` elements laid end to end."""
+    displs, at = [], 0
+    for c in counts:
+        displs.append(at)
+        at += c
+    return tuple(displs)
+
+
+def blocks(count, parts):
+    """Split ``count`` elements into ``parts`` near-equal blocks: (counts, displs) tuples."""
+    q, r = divmod(count, parts)
+    counts = tuple(q + (i < r) for i in range(parts))
+    return counts, displacements(counts)
+
+
+class Schedule:
+    """The steps of one rank in one collective, built by an algorithm module."""
+
+    def __init__(self, rank, size):
+        self.rank, self.size = rank, size
+        self.rows = []
+        self.tmp_count = 0
+        self.nreq = 0
+        self._pending = 0
+
+    def _use(self, buf, off, cnt):
+        if buf == TMP:
+            self.tmp_count = max(self.tmp_count, off + cnt)
+
+    def sendrecv(self, dest, send, source, recv):
+        """Send ``send = (buf, off, cnt)`` to ``dest`` while receiving ``recv`` from ``source``."""
+        if dest == NONE and source == NONE:
+            return
+        sb, so, sc = send if dest != NONE else (NONE, 0, 0)
+        rb, ro, rc = recv if source != NONE else (NONE, 0, 0)
+        self._use(sb, so, sc)
+        self._use(rb, ro, rc)
+        self.rows.append((SENDRECV, sb, so, sc, dest, rb, ro, rc, source))
+
+    def send(self, dest, buf, off, cnt):
+        """Blocking send of ``cnt`` elements of ``buf`` at ``off`` to ``dest``."""
+        self.sendrecv(dest, (buf, off, cnt), NONE, None)
+
+    def recv(self, source, buf, off, cnt):
+        """Blocking receive of ``cnt`` elements from ``source`` into ``buf`` at ``off``."""
+        self.sendrecv(NONE, None, source, (buf, off, cnt))
+
+    def isend(self, dest, buf, off, cnt):
+        """Start a send; completed by the next ``waitall``."""
+        self._use(buf, off, cnt)
+        self.rows.append((ISEND, buf, off, cnt, dest, NONE, 0, 0, NONE))
+        self._pending += 1
+        self.nreq = max(self.nreq, self._pending)
+
+    def irecv(self, source, buf, off, cnt):
+        """Start a receive; completed by the next ``waitall``."""
+        self._use(buf, off, cnt)
+        self.rows.append((IRECV, NONE, 0, 0, NONE, buf, off, cnt, source))
+        self._pending += 1
+        self.nreq = max(self.nreq, self._pending)
+
+    def waitall(self):
+        """Complete every started send and receive."""
+        if self._pending:
+            self.rows.append((WAITALL, NONE, 0, 0, NONE, NONE, 0, 0, NONE))
+            self._pending = 0
+
+    def reduce(self, dst, src):
+        """dst = op(dst, src) over ``cnt`` elements; both are (buf, off, cnt)."""
+        if dst[2] != src[2]:
+            raise ValueError("reduce: regions differ in length")
+        if dst[2]:
+            self._use(*dst)
+            self._use(*src)
+            self.rows.append((REDUCE, *dst, NONE, *src, NONE))
+
+    def copy(self, dst, src):
+        """dst = src; both are (buf, off, cnt)."""
+        if dst[2] != src[2]:
+            raise ValueError("copy: regions differ in length")
+        if dst[2] and dst[:2] != src[:2]:
+            self._use(*dst)
+            self._use(*src)
+            self.rows.append((COPY, *dst, NONE, *src, NONE))
+
+    def finish(self):
+        """The steps as a C-contiguous int64 array of shape (nsteps, 9)."""
+        if self._pending:
+            raise RuntimeError("schedule ends with requests still pending")
+        return np.array(self.rows, dtype=np.int64).reshape(-1, NCOLS)
+
+
+def run_python(comm, steps, bufs, dtype_code, op_code, tag):
+    """Execute ``steps`` with mpi4py and NumPy; ``bufs`` are flat uint8 views indexed by ACC/TMP/IN."""
+    from mpi4py import MPI
+
+    from .kernels import reduce_into
+    from .ops import DTYPES
+
+    size = np.dtype(DTYPES[dtype_code]).itemsize
+
+    empty = np.empty(0, np.uint8)
+
+    def region(b, off, cnt):
+        return bufs[b][off * size:(off + cnt) * size] if cnt else empty
+
+    requests = []
+    for kind, ab, ao, ac, ap, bb, bo, bc, bp in steps.tolist():
+        if kind == SENDRECV:
+            send = region(ab, ao, ac) if ap != NONE else None
+            recv = region(bb, bo, bc) if bp != NONE else None
+            if ap == NONE:
+                comm.Recv([recv, MPI.BYTE], bp, tag)
+            elif bp == NONE:
+                comm.Send([send, MPI.BYTE], ap, tag)
+            else:
+                comm.Sendrecv([send, MPI.BYTE], ap, tag, [recv, MPI.BYTE], bp, tag)
+        elif kind == REDUCE:
+            reduce_into(region(ab, ao, ac), region(bb, bo, bc), dtype_code, op_code)
+        elif kind == COPY:
+            region(ab, ao, ac)[:] = region(bb, bo, bc)
+        elif kind == ISEND:
+            requests.append(comm.Isend([region(ab, ao, ac), MPI.BYTE], ap, tag))
+        elif kind == IRECV:
+            requests.append(comm.Irecv([region(bb, bo, bc), MPI.BYTE], bp, tag))
+        else:
+            MPI.Request.Waitall(requests)
+            requests = []

@@ -1,0 +1,34 @@
+/* In-place chunk reduction, dst[i] = op(dst[i], src[i]): the one combine step that every
+ * collective algorithm calls on what it receives.  Plain C99 + GCC's _Float16, no Python. */
+#ifndef COLLECTIVES_REDUCE_H
+#define COLLECTIVES_REDUCE_H
+
+#include <stddef.h>
+
+/* Element types.  The numbering is part of the Python interface (collectives/ops.py). */
+enum ck_dtype {
+    CK_BOOL = 0,
+    CK_INT8, CK_INT16, CK_INT32, CK_INT64,
+    CK_UINT8, CK_UINT16, CK_UINT32, CK_UINT64,
+    CK_FLOAT16, CK_FLOAT32, CK_FLOAT64,
+    CK_COMPLEX64, CK_COMPLEX128,
+    CK_NDTYPES
+};
+
+/* Reduction operations, with MPI's meaning: logical ops yield 0/1, MIN/MAX keep dst on ties. */
+enum ck_op {
+    CK_SUM = 0, CK_PROD, CK_MIN, CK_MAX,
+    CK_LAND, CK_LOR, CK_LXOR, CK_BAND, CK_BOR, CK_BXOR,
+    CK_NOPS
+};
+
+/* Returns 0, or -1 when op is not defined on dtype (nothing is written then). */
+int ck_reduce(void *dst, const void *src, size_t n, int dtype, int op);
+
+/* Bytes per element of dtype, 0 for an unknown code. */
+size_t ck_itemsize(int dtype);
+
+/* 1 when op is defined on dtype, else 0. */
+int ck_supported(int dtype, int op);
+
+#endif

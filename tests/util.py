@@ -1,0 +1,76 @@
+"""Shared test data and checks: inputs that cannot overflow into nonsense, exact references."""
+import numpy as np
+from mpi4py import MPI
+
+from collectives.ops import DTYPES, OP_NAMES, MPI_OP, supports
+
+ALL_DTYPES = [np.dtype(t) for t in DTYPES]
+LARGE = 10**6 + 3
+
+
+def sizes(p):
+    """Element counts every collective is tried with: 0, 1, p-1, p+1, a prime, about 10^6."""
+    return sorted({0, 1, max(p - 1, 0), p + 1, 13, LARGE})
+
+
+def ops_for(dtype):
+    """Every op defined on ``dtype``."""
+    return [op for op in OP_NAMES if supports(op, dtype)]
+
+
+def make_data(dtype, op, n, rank, seed=0):
+    """Rank ``rank``'s input of ``n`` elements for ``op``: varied, and free of NaN and overflow."""
+    rng = np.random.default_rng([seed, rank, n, ALL_DTYPES.index(np.dtype(dtype))])
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.random(n) < 0.5
+    if dtype.kind in "iu":
+        if op in ("land", "lor", "lxor"):
+            return rng.integers(0, 3, n).astype(dtype)
+        if op == "prod":
+            return rng.choice(np.array([1, 1, 2, 3], dtype=dtype), n)
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+    real = np.float32 if dtype.kind == "c" else dtype
+    def draw():
+        if op == "prod":
+            return rng.uniform(0.8, 1.25, n).astype(real)
+        return rng.uniform(-1, 1, n).astype(real)
+    if dtype.kind == "c":
+        return (draw() + 1j * draw()).astype(dtype)
+    return draw().astype(dtype)
+
+
+def reference(dtype, op, n, p, comm=None):
+    """op over the inputs of ranks 0 .. p-1, in rank order, with NumPy."""
+    acc = make_data(dtype, op, n, 0).copy()
+    from collectives._kernels_numpy import reduce_into
+    from collectives.ops import OP_CODE, dtype_code
+    for r in range(1, p):
+        reduce_into(acc, make_data(dtype, op, n, r), dtype_code(dtype), OP_CODE[op])
+    return acc
+
+
+def native_supports(dtype):
+    """Whether native MPI reduces ``dtype`` (MPI has no float16 or bool reduction here)."""
+    return np.dtype(dtype) not in (np.dtype(np.float16), np.dtype(np.bool_))
+
+
+def assert_close(got, want, dtype, p, what):
+    """Integers and logicals exactly; floats within a different summation order's rounding."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "biu":
+        bad = np.flatnonzero(got != want)
+        assert bad.size == 0, f"{what}: {bad.size} wrong elements, first at {bad[0]}: {got[bad[0]]} != {want[bad[0]]}"
+        return
+    eps = np.finfo(dtype).eps
+    tol = 4 * p * eps
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=what)
+
+
+def assert_identical_across_ranks(comm, arr, what):
+    """Every rank of ``comm`` holds the same bytes in ``arr``."""
+    mine = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
+    first = mine.copy()
+    comm.Bcast(first, root=0)
+    assert np.array_equal(mine, first), f"{what}: result differs from rank 0's"
