@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import mpi4py
+import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, find_packages, setup
 
@@ -47,7 +48,7 @@ def mpi_flags():
 
 def extension(name, sources, mpi=False):
     kw = mpi_flags() if mpi else dict(include_dirs=[], library_dirs=[], libraries=[])
-    kw["include_dirs"] = ["csrc", mpi4py.get_include()] + kw["include_dirs"]
+    kw["include_dirs"] = ["csrc", mpi4py.get_include(), numpy.get_include()] + kw["include_dirs"]
     return Extension(name, sources, extra_compile_args=CFLAGS, **kw)
 
 

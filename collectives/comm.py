@@ -25,7 +25,7 @@ from .registry import ALGORITHMS, names, plan, resolve_name, select
 from .schedule import blocks, displacements, run_python
 
 try:
-    from ._engine import execute as _native_execute
+    from ._engine import AllreduceFast, execute as _native_execute
 except ImportError:
     _native_execute = None
 
@@ -85,6 +85,8 @@ class Comm:
         self.check = bool(check)
         self._scratch = {}
         self._progress = None
+        self._fast = (AllreduceFast(self._coll, self, self._fast_plan, TAG["allreduce"])
+                      if NATIVE else None)
 
     def __getattr__(self, name):
         if name.startswith("_") or name == "comm":
@@ -167,6 +169,18 @@ class Comm:
 
     # ---- all-reduce ----------------------------------------------------------------------
 
+    def _fast_plan(self, n, dtype, op):
+        """Everything AllreduceFast needs for (n, dtype, op), or None to use the general path."""
+        try:
+            opc, dt = check_op(op, dtype)
+        except (TypeError, ValueError):
+            return None
+        algo = self._choose("allreduce", None, n, n * dtype.itemsize)
+        steps, tmp_count, nreq = plan(algo.name, self.rank, self.size, n)
+        if self.size == 1:
+            steps = steps[:0]
+        return steps, dt, opc, tmp_count * dtype.itemsize, nreq, algo.reads_in and self.size > 1
+
     def _allreduce_job(self, sendbuf, recvbuf, op, algorithm):
         recv, n, _ = parse(recvbuf, "recvbuf", writable=True)
         send = None
@@ -181,14 +195,19 @@ class Comm:
         def job():
             if self.check:
                 self._agree("allreduce", algo, count=n, dtype=dt, op=opc)
-            if send is not None and not np.shares_memory(send, recv):
+            reads_in = algo.reads_in and n and self.size > 1
+            if send is not None and not reads_in and not np.shares_memory(send, recv):
                 np.copyto(recv, send)
             if n and self.size > 1:
-                self._execute(algo, (n,), recv, None, dt, opc, "allreduce")
+                self._execute(algo, (n,), recv, (send if send is not None else recv) if reads_in else None,
+                              dt, opc, "allreduce")
         return job
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op`` into ``recvbuf`` of every rank."""
+        if algorithm is None and not self.check and self._fast is not None \
+                and self._fast(sendbuf, recvbuf, op):
+            return
         self._run(self._allreduce_job(sendbuf, recvbuf, op, algorithm))
 
     def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):

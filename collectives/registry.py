@@ -20,10 +20,12 @@ log = logging.getLogger("collectives")
 class Algorithm:
     """One row of the table: a schedule builder and the restriction it places on its use."""
 
-    def __init__(self, name, restriction=None, why=""):
+    def __init__(self, name, restriction=None, why="", reads_in=False):
         self.name = name
         self.restriction = restriction
         self.why = why
+        # An all-reduce that reads IN itself; the others get the input copied into ACC first.
+        self.reads_in = reads_in
 
     def applies(self, size, count, uniform):
         """None when usable for this call, else the reason it is not."""
@@ -57,7 +59,7 @@ ALGORITHMS = {
         Algorithm("allreduce_round_robin"),
         Algorithm("allreduce_recursive_doubling"),
         Algorithm("allreduce_rabenseifner"),
-        Algorithm("allreduce_ring"),
+        Algorithm("allreduce_ring", reads_in=True),
         Algorithm("allreduce_ring_segmented"),
     ],
     "bcast": [

@@ -15,6 +15,9 @@ import numpy as np
 ACC, TMP, IN = 0, 1, 2
 
 # Step kinds; each row is [kind, buf_a, off_a, cnt_a, peer_a, buf_b, off_b, cnt_b, peer_b].
+# A REDUCE row whose peer_a names a buffer takes its left operand from that buffer at the
+# destination's offset: dst = op(left, src) in one pass, so an algorithm can read the
+# caller's input where it first touches a block instead of copying it into ACC up front.
 SENDRECV, REDUCE, COPY, ISEND, IRECV, WAITALL = range(6)
 NONE = -1  # no peer (MPI_PROC_NULL) or no buffer
 NCOLS = 9
@@ -88,14 +91,17 @@ class Schedule:
             self.rows.append((WAITALL, NONE, 0, 0, NONE, NONE, 0, 0, NONE))
             self._pending = 0
 
-    def reduce(self, dst, src):
-        """dst = op(dst, src) over ``cnt`` elements; both are (buf, off, cnt)."""
+    def reduce(self, dst, src, left=None):
+        """dst = op(dst, src) over ``cnt`` elements; both are (buf, off, cnt).
+
+        With ``left`` (a buffer), dst = op(left[dst offset], src) instead.
+        """
         if dst[2] != src[2]:
             raise ValueError("reduce: regions differ in length")
         if dst[2]:
             self._use(*dst)
             self._use(*src)
-            self.rows.append((REDUCE, *dst, NONE, *src, NONE))
+            self.rows.append((REDUCE, *dst, NONE if left is None else left, *src, NONE))
 
     def copy(self, dst, src):
         """dst = src; both are (buf, off, cnt)."""
@@ -139,7 +145,10 @@ def run_python(comm, steps, bufs, dtype_code, op_code, tag):
             else:
                 comm.Sendrecv([send, MPI.BYTE], ap, tag, [recv, MPI.BYTE], bp, tag)
         elif kind == REDUCE:
-            reduce_into(region(ab, ao, ac), region(bb, bo, bc), dtype_code, op_code)
+            dst = region(ab, ao, ac)
+            if ap != NONE and bufs[ap] is not bufs[ab]:
+                dst[:] = region(ap, ao, ac)
+            reduce_into(dst, region(bb, bo, bc), dtype_code, op_code)
         elif kind == COPY:
             region(ab, ao, ac)[:] = region(bb, bo, bc)
         elif kind == ISEND:

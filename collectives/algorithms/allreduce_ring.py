@@ -9,13 +9,13 @@ whatever p; the latency term grows with p, so small messages prefer recursive do
 
 Cost: 2 (p-1) alpha + 2 ((p-1)/p) n beta + ((p-1)/p) n gamma.
 """
-from ..schedule import blocks
+from ..schedule import IN, blocks
 from .allgather_ring import allgather_ring
 from .reduce_scatter_ring import reduce_scatter_ring
 
 
 def allreduce_ring(s, count):
-    """All-reduce ACC in place: ring reduce-scatter, then ring all-gather."""
+    """All-reduce IN into ACC: ring reduce-scatter, then ring all-gather."""
     counts, _ = blocks(count, s.size)
-    reduce_scatter_ring(s, counts)
+    reduce_scatter_ring(s, counts, src=IN)
     allgather_ring(s, counts)

@@ -1,24 +1,60 @@
-"""Ring reduce-scatter.
+"""Ring reduce-scatter, optionally pipelined in segments.
 
 Steps: ranks form a ring r -> r+1.  In step k = 0 .. p-2 rank r sends block (r-k-1) mod p
 of its partial sums to its right neighbour and receives block (r-k-2) mod p from its left
 neighbour into scratch, then combines it into its own copy.  After p-1 steps block r has
 passed through every rank and holds the full reduction at rank r.
 
-Restrictions: none; blocks may be uneven or empty.  Each block's reduction order is fixed
-by the ring, so results do not depend on which rank reads them.
+With ``segment`` elements per message, each block goes as a train of segments received
+alternately into two scratch slots: segment j is combined while segment j+1 is on the wire,
+and the combine reads a segment that has just arrived, still in cache.
 
-Cost: (p-1) alpha + ((p-1)/p) n beta + ((p-1)/p) n gamma.
+With ``src=IN`` the input is read from IN instead of ACC: every block but the first one sent
+is received exactly once, so the combine takes its left operand from IN (dst = op(IN, TMP))
+and no up-front copy of the input into ACC is needed.  ACC then ends with only block r set.
+
+Restrictions: none; blocks may be uneven or empty (empty blocks send no message).  Each
+block's reduction order is fixed by the ring, so results do not depend on which rank reads
+them.
+
+Input: ACC, or with ``src=IN`` the caller's buffer, read where each block is first touched
+(the raw block sent in step 0 and the left operand of every combine), so the all-reduce
+needs no copy of its input into ACC: one pass over memory fewer.
+
+Cost: (p-1) alpha + ((p-1)/p) n beta + ((p-1)/p) n gamma; in segments of m elements,
+(p-1) ceil(n / (p m)) alpha, with the gamma term hidden behind the beta term.
 """
 from ..schedule import ACC, TMP, displacements
 
 
-def reduce_scatter_ring(s, counts):
-    """Reduce-scatter ACC in place around the ring."""
+def segments(off, cnt, segment):
+    """The (offset, count) pieces of ``cnt`` elements at ``off`` cut every ``segment`` elements."""
+    return [(at, min(segment, off + cnt - at)) for at in range(off, off + cnt, segment)]
+
+
+def reduce_scatter_ring(s, counts, segment=None, src=ACC):
+    """Reduce-scatter ``src`` into ACC around the ring, in messages of at most ``segment`` elements."""
     p, r = s.size, s.rank
     displs = displacements(counts)
+    segment = segment or max(counts, default=0) or 1
     right, left = (r + 1) % p, (r - 1) % p
+    first = None if src == ACC else src
     for k in range(p - 1):
         out, into = (r - k - 1) % p, (r - k - 2) % p
-        s.sendrecv(right, (ACC, displs[out], counts[out]), left, (TMP, 0, counts[into]))
-        s.reduce((ACC, displs[into], counts[into]), (TMP, 0, counts[into]))
+        sends = segments(displs[out], counts[out], segment)
+        recvs = segments(displs[into], counts[into], segment)
+        pending = None
+        for j in range(max(len(sends), len(recvs))):
+            arrived = None
+            if j < len(recvs):
+                off, cnt = recvs[j]
+                arrived = ((ACC, off, cnt), (TMP, (j % 2) * segment, cnt), src)
+                s.irecv(left, *arrived[1])
+            if j < len(sends):
+                s.isend(right, src if k == 0 else ACC, *sends[j])
+            if pending:
+                s.reduce(*pending)
+            s.waitall()
+            pending = arrived
+        if pending:
+            s.reduce(*pending)
