@@ -9,10 +9,6 @@ With ``segment`` elements per message, each block goes as a train of segments re
 alternately into two scratch slots: segment j is combined while segment j+1 is on the wire,
 and the combine reads a segment that has just arrived, still in cache.
 
-With ``src=IN`` the input is read from IN instead of ACC: every block but the first one sent
-is received exactly once, so the combine takes its left operand from IN (dst = op(IN, TMP))
-and no up-front copy of the input into ACC is needed.  ACC then ends with only block r set.
-
 Restrictions: none; blocks may be uneven or empty (empty blocks send no message).  Each
 block's reduction order is fixed by the ring, so results do not depend on which rank reads
 them.
@@ -38,7 +34,6 @@ def reduce_scatter_ring(s, counts, segment=None, src=ACC):
     displs = displacements(counts)
     segment = segment or max(counts, default=0) or 1
     right, left = (r + 1) % p, (r - 1) % p
-    first = None if src == ACC else src
     for k in range(p - 1):
         out, into = (r - k - 1) % p, (r - k - 2) % p
         sends = segments(displs[out], counts[out], segment)

@@ -1,0 +1,59 @@
+"""Recursive-halving reduce-scatter, for any p and uneven blocks.
+
+Steps: fold p ranks onto pof2 = 2^floor(lg p) virtual ranks (collectives.algorithms._fold):
+each even rank among the first 2 rem (rem = p - pof2) sends its whole vector to rank+1,
+which combines the two.  Virtual rank v starts responsible for all virtual ranks [0, pof2).
+At each step the range splits into halves; v keeps the half holding itself, sends the other
+half of its partial sums to the virtual rank at the same place in that half, receives that
+rank's partial sums of the kept half into scratch and combines them.  A range of virtual
+ranks is a contiguous run of blocks in ACC, so each step is one message each way.  After
+lg pof2 steps v holds the reduced blocks of the real ranks it stands for.  Finally each odd
+rank among the first 2 rem sends rank-1 its block.
+
+Restrictions: none; blocks may be uneven or empty (uneven blocks make the halves uneven).
+Each block is reduced on one rank only, so combining in receive order needs no symmetry
+between partners to give every reader the same bits.
+
+Cost: (lg pof2) alpha + ((pof2-1)/pof2) n (beta + gamma) for p a power of two; otherwise
+two more messages, the first of the whole vector: (lg pof2 + 2) alpha + (about 2) n beta
++ (about 2) n gamma.
+"""
+from ..schedule import ACC, TMP, displacements
+from ._fold import Fold
+
+
+def reduce_scatter_recursive_halving(s, counts, fold_out=True):
+    """Reduce-scatter ACC in place by recursive halving.
+
+    With ``fold_out=False`` the final hand-back is left out: each virtual rank keeps the
+    reduced blocks of every real rank it stands for (what allgather_recursive_doubling
+    with fold_in=False expects).
+    """
+    r = s.rank
+    f = Fold(r, s.size)
+    total = sum(counts)
+    displs = displacements(counts) + (total,)
+
+    def span(vlo, vhi):
+        a, b = displs[f.first(vlo)], displs[f.first(vhi)]
+        return (ACC, a, b - a)
+
+    f.fold_in(s, (ACC, 0, total), (TMP, 0, total))
+    if f.vrank is not None:
+        if f.partner is not None:
+            s.reduce((ACC, 0, total), (TMP, 0, total))
+        lo, hi = 0, f.pof2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if f.vrank < mid:
+                keep, give, vpeer = (lo, mid), (mid, hi), f.vrank + (mid - lo)
+            else:
+                keep, give, vpeer = (mid, hi), (lo, mid), f.vrank - (mid - lo)
+            kept = span(*keep)
+            peer = f.real(vpeer)
+            s.sendrecv(peer, span(*give), peer, (TMP, 0, kept[2]))
+            s.reduce(kept, (TMP, 0, kept[2]))
+            lo, hi = keep
+    if fold_out and f.partner is not None:
+        q = f.partner
+        f.fold_out(s, (ACC, displs[q], counts[q]), (ACC, displs[r], counts[r]))
