@@ -40,12 +40,14 @@ def _flat(obj, name, writable):
     return arr.reshape(-1, order="A")
 
 
-def parse(spec, name, writable=False, vector=False):
+def parse(spec, name, writable=False, vector=False, blocks=1):
     """Resolve ``spec`` to (array, counts, displs).
 
     ``array`` is a flat view of the whole buffer in its element type.  For plain specs
     ``counts`` is the element count and ``displs`` the offset; with ``vector=True`` they are
-    the per-rank tuples of a v-variant, or None when the spec gives none.
+    the per-rank tuples of a v-variant, or None when the spec gives none.  A plain spec's
+    count is per block when the buffer holds ``blocks`` of them (mpi4py's rule for a Gather
+    or Scatter buffer at the root); the count returned is the total.
     """
     counts = displs = None
     datatype = None
@@ -87,7 +89,7 @@ def parse(spec, name, writable=False, vector=False):
                 raise ValueError(f"{name}: counts and displacements reach element {end} "
                                  f"of a {arr.size}-element buffer")
         return arr, counts, displs
-    count = arr.size if counts is None else int(counts)
+    count = arr.size if counts is None else int(counts) * blocks
     displ = 0 if displs is None else int(displs)
     if count < 0 or displ < 0 or displ + count > arr.size:
         raise ValueError(f"{name}: count {count} at displacement {displ} exceeds the "
