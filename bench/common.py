@@ -1,0 +1,90 @@
+"""Small pieces every benchmark here shares: sizes, statistics, tables, the run's environment.
+
+Nothing in this module talks to MPI; a benchmark measures, then hands its samples here.
+Run the benchmarks as modules from the repository root (``python -m bench.collectives``):
+run as a script, ``bench/`` would come first on ``sys.path`` and ``bench/collectives.py``
+would shadow the ``collectives`` package.
+"""
+import datetime
+import json
+import os
+import platform
+import sys
+
+import numpy as np
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+# Environment variables that change what a benchmark measures; recorded with every result.
+ENV_KEYS = ("MPIR_CVAR_DEVICE_COLLECTIVES", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
+            "MPI4PY_RC_THREAD_LEVEL", "COLLECTIVES_PUREPYTHON", "OPENBLAS_NUM_THREADS",
+            "OMP_NUM_THREADS")
+
+
+def sizes(lo, hi, factor):
+    """Message sizes in bytes: ``hi``, ``hi / factor``, ... while above ``lo``, then ``lo``; ascending."""
+    out = []
+    at = hi
+    while at > lo:
+        out.append(at)
+        at //= factor
+    out.append(lo)
+    return sorted(set(out))
+
+
+def human(nbytes):
+    """``nbytes`` as 8 B, 64 KiB, 16 MiB."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:g} {unit}"
+        nbytes /= 1024
+
+
+def stats(seconds):
+    """Average, minimum and median of ``seconds``, in microseconds."""
+    us = np.asarray(seconds, dtype=float) * 1e6
+    return {"avg_us": float(us.mean()), "min_us": float(us.min()), "median_us": float(np.median(us))}
+
+
+def table(columns, rows):
+    """Fixed-width text lines: a ``#`` header from ``columns`` [(title, width, format)], then rows.
+
+    A row is a dict keyed by title; None prints as ``-``.  Lines starting with ``#`` are
+    comments, so the output parses like OSU's and nccl-tests'.
+    """
+    head = "#" + " ".join(f"{t:>{w}}" for t, w, _ in columns)[1:]
+    lines = [head]
+    for row in rows:
+        cells = []
+        for title, width, fmt in columns:
+            value = row.get(title)
+            cells.append(f"{'-' if value is None else format(value, fmt):>{width}}")
+        lines.append(" ".join(cells))
+    return lines
+
+
+def environment():
+    """What a result depends on besides the code: versions, host, cores and relevant variables."""
+    from mpi4py import MPI
+    import mpi4py
+
+    return {
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "host": platform.node(),
+        "cores": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "numpy": np.__version__,
+        "mpi4py": mpi4py.__version__,
+        "mpi_library": MPI.Get_library_version().splitlines()[0].strip(),
+        "env": {k: os.environ.get(k) for k in ENV_KEYS},
+    }
+
+
+def write_json(name, data, directory=RESULTS):
+    """Write ``data`` to ``directory/name`` (creating the directory); return the path."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, name)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+    return path
