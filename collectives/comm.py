@@ -145,13 +145,18 @@ class Comm:
             run_python(self._coll, steps, bufs, dtype, op, TAG[collective])
 
     def _agree(self, collective, algo, **fields):
-        """Raise the same ValueError on every rank unless all ranks passed equal ``fields``."""
+        """Raise the same ValueError on every rank unless all ranks passed equal ``fields``.
+
+        A field may be None on ranks that cannot know it (a Gatherv count away from the root).
+        """
         fields = dict(collective=_COLLECTIVE_INDEX[collective],
                       algorithm=names(collective).index(algo.name), **fields)
-        values = np.array(list(fields.values()), dtype=np.int64)
-        both = np.concatenate((values, -values))
+        unknown = 1 << 62
+        hi = [-unknown if v is None else v for v in fields.values()]
+        lo = [unknown if v is None else v for v in fields.values()]
+        both = np.array(hi + [-v for v in lo], dtype=np.int64)
         self._coll.Allreduce(MPI.IN_PLACE, both, op=MPI.MAX)
-        hi, lo = both[:len(values)], -both[len(values):]
+        hi, lo = both[:len(hi)], -both[len(hi):]
         bad = [f"{k} ranges {lo[i]}..{hi[i]}" for i, k in enumerate(fields) if lo[i] != hi[i]]
         if bad:
             raise ValueError(f"{collective}: arguments differ across ranks: " + ", ".join(bad))
@@ -262,10 +267,7 @@ class Comm:
         def job():
             if self.check:
                 self._agree("reduce", algo, count=n, dtype=dt, op=opc, root=root)
-            if self.size == 1:
-                if not np.shares_memory(send, recv):
-                    np.copyto(recv, send)
-            elif n:
+            if n:
                 self._execute(algo, (n, root), recv, send, dt, opc, "reduce")
         return job
 
@@ -392,61 +394,83 @@ class Comm:
 
     # ---- gather and scatter ---------------------------------------------------------------
 
-    def _rooted_vector(self, spec, root, name, writable):
-        """Root side of Gather(v)/Scatter(v): (array, counts, displs) from a v-spec."""
+    def _rooted_vector(self, spec, name, writable, vector):
+        """Root side of Gather(v)/Scatter(v): (array, counts, displs) in elements from its spec."""
+        p = self.size
+        if not vector:
+            arr, total, _ = parse(spec, name, writable=writable, blocks=p)
+            if total % p:
+                raise ValueError(f"{name}: {total} elements do not split evenly over {p} ranks")
+            counts = (total // p,) * p
+            return arr, counts, displacements(counts)
         arr, counts, displs = parse(spec, name, writable=writable, vector=True)
         if counts is None:
-            if arr.size % self.size:
-                raise ValueError(f"{name}: {arr.size} elements do not split evenly over {self.size} ranks")
-            counts, displs = blocks(arr.size, self.size)
-        if len(counts) != self.size:
-            raise ValueError(f"{name}: {len(counts)} counts for a communicator of size {self.size}")
+            if arr.size % p:
+                raise ValueError(f"{name}: {arr.size} elements do not split evenly over {p} ranks; "
+                                 "give counts, e.g. [buf, (counts, displs), MPI.DOUBLE]")
+            counts, displs = blocks(arr.size, p)
+        if len(counts) != p:
+            raise ValueError(f"{name}: {len(counts)} counts for a communicator of size {p}")
         return arr, counts, displs
+
+    def _rooted_setup(self, collective, name, vector, root, rooted, own, algorithm):
+        """What Gather(v) and Scatter(v) share: (counts, byte counts, packed, algorithm, fields).
+
+        ``rooted`` is the root's (array, counts, displs), None elsewhere; ``own`` is this
+        rank's block, None for MPI.IN_PLACE at the root.  ``packed`` says whether the root's
+        blocks lie in rank order from offset 0; ``fields`` are what the ranks must agree on.
+        """
+        p, r = self.size, self.rank
+        if r == root:
+            arr, counts, displs = rooted
+            if own is not None:
+                _same_dtype(own, arr, name)
+                if own.size != counts[r]:
+                    raise ValueError(f"{name}: the root's own block has {own.size} elements "
+                                     f"but the counts give it {counts[r]}")
+        else:
+            arr, displs = own, None
+            # Only the root knows every count of a Gatherv/Scatterv; a rank knows its own.
+            counts = tuple(own.size if i == r or not vector else -1 for i in range(p))
+        size = arr.dtype.itemsize
+        bcounts = tuple(c * size if c >= 0 else -1 for c in counts)
+        packed = r != root or displs == displacements(counts)
+        # Gatherv/Scatterv stay off the binomial algorithms even with equal counts: the other
+        # ranks cannot know that, and every rank must choose alike.
+        algo = self._choose(collective, algorithm, counts[r] * p, bcounts[r] * p, uniform=not vector)
+        fields = dict(root=root, itemsize=size,
+                      **{f"count{i}": c if c >= 0 else None for i, c in enumerate(counts)})
+        return counts, bcounts, packed, algo, fields
 
     def _gather_job(self, sendbuf, recvbuf, root, algorithm, vector):
         name = "Gatherv" if vector else "Gather"
         root = _check_root(root, self.size, name)
-        p, r = self.size, self.rank
-        recv = counts = displs = None
-        if r == root:
-            recv, counts, displs = self._rooted_vector(recvbuf, root, "recvbuf", writable=True)
+        r = self.rank
+        rooted = self._rooted_vector(recvbuf, "recvbuf", True, vector) if r == root else None
         if is_in_place(sendbuf):
             if r != root:
                 raise ValueError(f"{name}: MPI.IN_PLACE is only valid at the root")
+            recv, counts, displs = rooted
             send = recv[displs[r]:displs[r] + counts[r]]
         else:
-            send, ns, _ = parse(sendbuf, "sendbuf")
-            if r == root:
-                _same_dtype(send, recv, name)
-                if ns != counts[r]:
-                    raise ValueError(f"{name}: sendbuf has {ns} elements but recvbuf expects {counts[r]} from the root")
-        size = send.dtype.itemsize
-        if r == root:
-            uniform = len(set(counts)) <= 1
-            bcounts = tuple(c * size for c in counts)
-        else:
-            # Only the root knows every count; a non-root knows its own.
-            uniform = not vector
-            bcounts = tuple((send.size * size if i == r or uniform else -1) for i in range(p))
-        packed = r != root or displs == displacements(counts)
-        algo = self._choose("gather", algorithm, send.size * p, send.nbytes * p, uniform=uniform)
+            send = parse(sendbuf, "sendbuf")[0]
+        counts, bcounts, packed, algo, fields = self._rooted_setup(
+            "gather", name, vector, root, rooted, send, algorithm)
 
         def job():
             if self.check:
-                self._agree("gather", algo, root=root, itemsize=size, uniform=uniform)
+                self._agree("gather", algo, **fields)
             acc = None
             if r == root:
-                acc = (recv[:sum(counts)] if packed else self._buffer("pack", sum(bcounts)).view(recv.dtype))
-            if p == 1:
-                if not np.shares_memory(acc, send):
-                    np.copyto(acc[:send.size], send)
-            else:
-                self._execute(algo, (bcounts, root), None if acc is None else _as_bytes(acc),
-                              _as_bytes(send), _BYTE, 0, "gather")
-            if r == root and not packed:
+                recv, _, displs = rooted
+                total = sum(counts)
+                acc = recv[:total] if packed else self._buffer("pack", total * recv.itemsize).view(recv.dtype)
+            self._execute(algo, (bcounts, root), None if acc is None else _as_bytes(acc),
+                          _as_bytes(send), _BYTE, 0, "gather")
+            if not packed:
                 at = displacements(counts)
-                for i in range(p):
-                    recv[displs[i]:displs[i] + counts[i]] = acc[at[i]:at[i] + counts[i]]
+                for i, c in enumerate(counts):
+                    recv[displs[i]:displs[i] + c] = acc[at[i]:at[i] + c]
         return job
 
     def Gather(self, sendbuf, recvbuf, root=0, algorithm=None):
@@ -460,51 +484,35 @@ class Comm:
     def _scatter_job(self, sendbuf, recvbuf, root, algorithm, vector):
         name = "Scatterv" if vector else "Scatter"
         root = _check_root(root, self.size, name)
-        p, r = self.size, self.rank
-        send = counts = displs = None
-        if r == root:
-            send, counts, displs = self._rooted_vector(sendbuf, root, "sendbuf", writable=False)
+        r = self.rank
+        rooted = self._rooted_vector(sendbuf, "sendbuf", False, vector) if r == root else None
         if is_in_place(recvbuf):
             if r != root:
                 raise ValueError(f"{name}: MPI.IN_PLACE is only valid at the root")
             recv = None
         else:
-            recv, nr, _ = parse(recvbuf, "recvbuf", writable=True)
-            if r == root:
-                _same_dtype(send, recv, name)
-                if nr != counts[r]:
-                    raise ValueError(f"{name}: recvbuf has {nr} elements but the root sends itself {counts[r]}")
-        size = (send if r == root else recv).dtype.itemsize
-        if r == root:
-            uniform = len(set(counts)) <= 1
-            bcounts = tuple(c * size for c in counts)
-        else:
-            uniform = not vector
-            bcounts = tuple((recv.size * size if i == r or uniform else -1) for i in range(p))
-        packed = r != root or displs == displacements(counts)
-        algo = self._choose("scatter", algorithm, (recv.size if recv is not None else counts[r]) * p,
-                            sum(bcounts) if r == root else bcounts[r] * p, uniform=uniform)
+            recv = parse(recvbuf, "recvbuf", writable=True)[0]
+        counts, bcounts, packed, algo, fields = self._rooted_setup(
+            "scatter", name, vector, root, rooted, recv, algorithm)
 
         def job():
             if self.check:
-                self._agree("scatter", algo, root=root, itemsize=size, uniform=uniform)
+                self._agree("scatter", algo, **fields)
             src = None
             if r == root:
+                send, _, displs = rooted
+                total = sum(counts)
                 if packed:
-                    src = send[:sum(counts)]
+                    src = send[:total]
                 else:
-                    src = self._buffer("pack", sum(bcounts)).view(send.dtype)
+                    src = self._buffer("pack", total * send.itemsize).view(send.dtype)
                     at = displacements(counts)
-                    for i in range(p):
-                        src[at[i]:at[i] + counts[i]] = send[displs[i]:displs[i] + counts[i]]
-            own = recv if recv is not None else None
-            if p == 1:
-                if own is not None:
-                    np.copyto(own, src[:own.size])
-            else:
-                out = own if own is not None else self._buffer("own", bcounts[r]).view(send.dtype)
-                self._execute(algo, (bcounts, root), _as_bytes(out),
-                              None if src is None else _as_bytes(src), _BYTE, 0, "scatter")
+                    for i, c in enumerate(counts):
+                        src[at[i]:at[i] + c] = send[displs[i]:displs[i] + c]
+            # In place, the root's own block is already where it belongs; it lands in scratch.
+            out = recv if recv is not None else self._buffer("own", bcounts[r])
+            self._execute(algo, (bcounts, root), _as_bytes(out),
+                          None if src is None else _as_bytes(src), _BYTE, 0, "scatter")
         return job
 
     def Scatter(self, sendbuf, recvbuf, root=0, algorithm=None):

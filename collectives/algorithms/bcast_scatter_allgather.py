@@ -1,0 +1,21 @@
+"""Scatter-allgather broadcast (van de Geijn).
+
+Steps: cut the message into p near-equal blocks, one per rank in rank order; scatter them
+from the root down the binomial tree, each rank keeping its subtree's blocks in place
+(scatter_binomial), then circulate them around the ring (allgather_ring).
+
+Restrictions: none; any root, any size (blocks may be empty).  Two phases of latency, so
+short messages prefer bcast_binomial.
+
+Cost: (ceil(lg p) + p - 1) alpha + 2 ((p-1)/p) n beta.
+"""
+from ..schedule import ACC, blocks
+from .allgather_ring import allgather_ring
+from .scatter_binomial import scatter_binomial
+
+
+def bcast_scatter_allgather(s, nbytes, root):
+    """Broadcast ``nbytes`` of ACC from ``root``: binomial scatter, then ring all-gather."""
+    counts, _ = blocks(nbytes, s.size)
+    scatter_binomial(s, counts, root, whole=ACC)
+    allgather_ring(s, counts)
