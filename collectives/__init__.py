@@ -3,9 +3,13 @@
 ``Comm(mpi_comm)`` wraps an mpi4py communicator and keeps mpi4py's method names; the
 functions in ``collectives.functional`` take and return NumPy arrays.
 """
-from .comm import Comm
+from . import p2p
+from .comm import Comm, wrap
+from .functional import (allgather, allreduce, barrier, bcast, gather, iallreduce, reduce,
+                         reduce_scatter, scatter)
 from .nonblocking import Request
 from .registry import ALGORITHMS, names
 
-__all__ = ["Comm", "Request", "ALGORITHMS", "names"]
+__all__ = ["Comm", "Request", "ALGORITHMS", "names", "wrap", "p2p", "allreduce", "iallreduce",
+           "bcast", "reduce", "allgather", "reduce_scatter", "gather", "scatter", "barrier"]
 __version__ = "0.1.0"

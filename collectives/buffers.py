@@ -3,7 +3,9 @@
 Accepted, as mpi4py accepts them: any object with the buffer interface (NumPy arrays,
 ``array.array``, ``bytearray``), ``[buf, datatype]``, ``[buf, count, datatype]``,
 ``[buf, (count, displ), datatype]``, and for the v-variants ``[buf, (counts, displs), datatype]``
-or ``[buf, counts]``; ``MPI.IN_PLACE`` or ``None`` where mpi4py allows in-place.
+or ``[buf, counts]``; ``MPI.IN_PLACE`` or ``None`` where mpi4py allows in-place.  A datatype
+is an ``MPI.Datatype`` or a type character (``"d"``, ``"i"``, ...).  Arrays of Python objects
+are refused: their bytes are addresses, meaningless in another process.
 """
 import numpy as np
 from mpi4py import MPI
@@ -17,6 +19,8 @@ def is_in_place(spec):
 
 def _dtype_of(datatype, name):
     try:
+        if isinstance(datatype, str):
+            return np.dtype(datatype)
         return dtlib.to_numpy_dtype(datatype)
     except (ValueError, TypeError, KeyError):
         raise TypeError(f"{name}: MPI datatype {datatype} has no NumPy equivalent") from None
@@ -24,12 +28,15 @@ def _dtype_of(datatype, name):
 
 def _flat(obj, name, writable):
     if isinstance(obj, np.ndarray):
-        arr = obj
+        arr = np.asarray(obj)  # a subclass (np.matrix) would not flatten to 1-D
     else:
         try:
             arr = np.asarray(memoryview(obj))
         except TypeError:
             raise TypeError(f"{name}: {type(obj).__name__} does not expose the buffer interface") from None
+    if arr.dtype.hasobject:
+        raise TypeError(f"{name}: dtype {arr.dtype} holds Python objects, which cannot be sent as "
+                        "a buffer; the lower-case methods (comm.bcast, comm.allreduce) take objects")
     if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
         if writable:
             raise ValueError(f"{name}: non-contiguous buffer of shape {arr.shape} cannot be "
@@ -56,7 +63,7 @@ def parse(spec, name, writable=False, vector=False, blocks=1):
             raise ValueError(f"{name}: buffer spec must be [buf], [buf, datatype], "
                              "[buf, count, datatype] or [buf, counts, displs, datatype]")
         obj, *rest = spec
-        if rest and isinstance(rest[-1], MPI.Datatype):
+        if rest and isinstance(rest[-1], (MPI.Datatype, str)):
             datatype = rest.pop()
         if len(rest) == 2:
             counts, displs = rest

@@ -17,11 +17,11 @@ import os
 import numpy as np
 from mpi4py import MPI
 
-from . import kernels
+from . import kernels, p2p
 from .buffers import is_in_place, parse
-from .nonblocking import Progress
+from .nonblocking import Progress, completed
 from .ops import DTYPES, OP_NAMES, check_op, dtype_code
-from .registry import ALGORITHMS, names, plan, resolve_name, select
+from .registry import ALGORITHMS, env_choice, log, names, plan, resolve_name, select
 from .schedule import blocks, displacements, run_python
 
 try:
@@ -61,7 +61,9 @@ class Comm:
         The communicator to wrap.  Collective traffic runs on a private duplicate of it.
     algorithms : dict, optional
         Per-communicator choice, e.g. ``{"allreduce": "ring"}``; overrides the
-        COLLECTIVES_<COLLECTIVE> environment variables.  A per-call ``algorithm=`` wins over both.
+        COLLECTIVES_<COLLECTIVE> environment variables.  A per-call ``algorithm=`` wins over both;
+        ``"auto"`` (or None) at any level defers to the next, ending at the ``auto`` policy.
+        ``last_algorithm`` holds the name chosen by this rank's latest collective call.
     check : bool, optional
         Agree across ranks on arguments before each collective (default: COLLECTIVES_CHECK, on).
     """
@@ -73,13 +75,17 @@ class Comm:
         if self.comm.Is_inter():
             raise TypeError("collectives.Comm wraps intracommunicators only")
         self._coll = self.comm.Dup()
+        # Our errors become Python exceptions whatever handler the user's communicator has.
+        self._coll.Set_errhandler(MPI.ERRORS_RETURN)
         self.rank = self._coll.Get_rank()
         self.size = self._coll.Get_size()
         self.algorithms = {}
         for collective, name in (algorithms or {}).items():
             if collective not in ALGORITHMS:
                 raise ValueError(f"unknown collective {collective!r}; one of {', '.join(ALGORITHMS)}")
-            self.algorithms[collective] = resolve_name(collective, name)
+            if resolve_name(collective, name) != "auto":
+                self.algorithms[collective] = resolve_name(collective, name)
+        self.last_algorithm = None
         if check is None:
             check = os.environ.get("COLLECTIVES_CHECK", "1") not in ("", "0")
         self.check = bool(check)
@@ -121,10 +127,12 @@ class Comm:
     # ---- machinery shared by every collective -------------------------------------------
 
     def _choose(self, collective, algorithm, count, nbytes, uniform=True):
-        requested = algorithm if algorithm is not None else self.algorithms.get(collective)
-        if requested is None:
-            requested = os.environ.get(f"COLLECTIVES_{collective.upper()}", "auto")
-        return select(collective, requested, self.size, count, nbytes, uniform)
+        requested = resolve_name(collective, algorithm)
+        if requested == "auto":
+            requested = self.algorithms.get(collective) or env_choice(collective)
+        algo = select(collective, requested, self.size, count, nbytes, uniform)
+        self.last_algorithm = algo.name
+        return algo
 
     def _buffer(self, purpose, nbytes):
         """A reused, pre-touched scratch buffer of at least ``nbytes`` for ``purpose``."""
@@ -168,6 +176,11 @@ class Comm:
             job()
 
     def _start(self, job):
+        if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+            # A progress thread would call MPI beside the caller, which needs THREAD_MULTIPLE.
+            log.info("collectives: MPI thread level below THREAD_MULTIPLE; nonblocking "
+                     "collectives complete before they return")
+            return completed(job)
         if self._progress is None:
             self._progress = Progress()
         return self._progress.submit(job)
@@ -543,5 +556,56 @@ class Comm:
         """Nonblocking Barrier; returns a Request."""
         return self._start(self._barrier_job(algorithm))
 
+    # ---- point-to-point on the private communicator (collectives.p2p) ---------------------
 
-__all__ = ["Comm", "NATIVE", "OP_NAMES"]
+    def Push(self, buf, dest):
+        """Start sending ``buf`` to rank ``dest``, where ``Receive`` takes it; returns a Request."""
+        return p2p.push(self, buf, dest)
+
+    def Receive(self, buf, source=MPI.ANY_SOURCE):
+        """Start receiving one ``Push`` of exactly the size of ``buf``; returns a Request."""
+        return p2p.receive(self, buf, source)
+
+    def Pull(self, buf, owner):
+        """Start fetching into ``buf`` what rank ``owner`` serves; returns a Request."""
+        return p2p.pull(self, buf, owner)
+
+    def Serve(self, buf, source=MPI.ANY_SOURCE):
+        """Answer one ``Pull`` with ``buf``; returns the rank that asked."""
+        return p2p.serve(self, buf, source)
+
+    def Wait(self, requests):
+        """Complete every request in ``requests`` (point-to-point or collective)."""
+        return p2p.wait(requests)
+
+
+_WRAPPER = None  # MPI attribute key under which a communicator keeps its Comm
+
+
+def _free_wrapper(comm, keyval, wrapper):
+    wrapper.Free()
+
+
+def wrap(comm):
+    """``comm`` if it is a Comm, else the Comm of mpi4py communicator ``comm``, made once.
+
+    The first call on a communicator duplicates it, which is collective: every rank of
+    ``comm`` must make that call.  The Comm is cached as an MPI attribute of ``comm`` and
+    freed when ``comm`` is.
+    """
+    global _WRAPPER
+    if isinstance(comm, Comm):
+        return comm
+    if not isinstance(comm, MPI.Intracomm):
+        raise TypeError(f"expected an mpi4py intracommunicator or a collectives.Comm, "
+                        f"got {type(comm).__name__}")
+    if _WRAPPER is None:
+        _WRAPPER = MPI.Comm.Create_keyval(delete_fn=_free_wrapper)
+    wrapper = comm.Get_attr(_WRAPPER)
+    if wrapper is None:
+        wrapper = Comm(comm)
+        comm.Set_attr(_WRAPPER, wrapper)
+    return wrapper
+
+
+__all__ = ["Comm", "NATIVE", "OP_NAMES", "wrap"]

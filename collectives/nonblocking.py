@@ -5,27 +5,34 @@ in submission order, so every rank starts them in the same order, as MPI require
 native executor releases the GIL for the whole schedule, so the caller's NumPy work and
 the communication really run at the same time (MPI_THREAD_MULTIPLE, mpi4py's default).
 A blocking collective issued while nonblocking ones are pending queues behind them.
+Below MPI_THREAD_MULTIPLE there is no thread: ``completed`` runs the collective at once.
 """
 import collections
 import threading
 
 
 class Request:
-    """Handle of a started collective: ``wait()`` blocks until it is done, ``test()`` polls."""
+    """Handle of a started collective: ``wait()`` blocks until it is done, ``test()`` polls.
+
+    ``result`` is what ``wait()`` returns: None, or the output array of a function in
+    ``collectives.functional``.
+    """
 
     def __init__(self):
         self._done = threading.Event()
         self._error = None
+        self.result = None
 
     def _finish(self, error):
         self._error = error
         self._done.set()
 
     def wait(self):
-        """Block until the collective has completed; re-raise its error, if any."""
+        """Block until the collective has completed and return ``result``; re-raise its error, if any."""
         self._done.wait()
         if self._error is not None:
             raise self._error
+        return self.result
 
     def test(self):
         """True when the collective has completed (re-raising its error); never blocks."""
@@ -44,6 +51,18 @@ class Request:
             req.wait()
 
     Waitall = waitall
+
+
+def completed(job):
+    """Run ``job`` now, in the caller's thread, and return its Request, already complete."""
+    req = Request()
+    try:
+        job()
+    except Exception as exc:
+        req._finish(exc)
+    else:
+        req._finish(None)
+    return req
 
 
 class Progress:
