@@ -63,5 +63,18 @@ test-purepython: build
 	  COLLECTIVES_PUREPYTHON=1 timeout $(TEST_TIMEOUT) $(MPIEXEC) -n $$n $(PY) -m pytest -p no:cacheprovider -q tests $(PYTEST_ARGS) || exit 1; \
 	done
 
+# Two launches per rank count: glibc's malloc defaults, then no fresh mappings for native's
+# per-call temporaries.  Native keeps MPICH's defaults (its device collectives too) while the
+# ranks fit on the cores, and gets MPIR_CVAR_DEVICE_COLLECTIVES=none, as the tests do, when not.
+bench: build
+	@for n in 2 4; do \
+	  if [ $$n -le $$(getconf _NPROCESSORS_ONLN) ]; then dev="-u MPIR_CVAR_DEVICE_COLLECTIVES"; else dev=; fi; \
+	  for malloc in "" "MALLOC_MMAP_THRESHOLD_=2147483647 MALLOC_TRIM_THRESHOLD_=4294967295"; do \
+	    echo "== bench at $$n ranks, $${malloc:-glibc malloc defaults}"; \
+	    env $$dev $$malloc timeout 900 $(MPIEXEC) -n $$n $(PY) -m bench.collectives $(BENCH_ARGS) || exit 1; \
+	  done; \
+	done; \
+	$(PY) -m bench.collectives --summary $(BENCH_ARGS)
+
 clean:
 	rm -rf build collectives/*.so collectives/_kernels.c collectives/_engine.c

@@ -78,33 +78,31 @@ class Case:
 
     def __init__(self, collective, count, comm):
         p, r = comm.size, comm.rank
-        method, _, split = SPEC[collective]
+        method = SPEC[collective][0]
         idx = np.arange(count, dtype=np.int64)
         base = (idx * 7 + (idx >> 12) * 3) % PERIOD
-        m = count // p if split else count
-        inputs = [_data(base[:m], i) for i in range(p)] if collective != "bcast" else [_data(base, ROOT)]
-        kwargs = {}
+        part = count // p
+        n_in = part if collective == "allgather" else count
+        inputs = [_data(base[:n_in], i) for i in ([ROOT] if collective == "bcast" else range(p))]
+        kwargs = {"root": ROOT} if collective in ("bcast", "reduce") else {}
+        self.source = None
         if collective == "bcast":
             self.out = np.empty(count, np.float32)
             args, want = (self.out,), inputs[0]
-            kwargs["root"] = ROOT
+            self.source = inputs[0] if r == ROOT else None
         else:
-            send = inputs[r]
-            self.out = np.empty(m if collective == "reduce_scatter" else count, np.float32)
-            args = (send, self.out)
+            self.out = np.empty(part if collective == "reduce_scatter" else count, np.float32)
+            args = (inputs[r], self.out)
             if collective == "allgather":
                 want = np.concatenate(inputs)
             else:
                 want = functools.reduce(np.add, inputs)
                 if collective == "reduce_scatter":
-                    want = want[r * m:(r + 1) * m]
-                elif collective == "reduce":
-                    kwargs["root"] = ROOT
-                    want = want if r == ROOT else None
-        self.source = inputs[0] if collective == "bcast" and r == ROOT else None
+                    want = want[r * part:(r + 1) * part]
+                elif collective == "reduce" and r != ROOT:
+                    want = None
         self.want = want
         self.nbytes = count * 4
-        self.count = count
         self.call = lambda comm, **kw: getattr(comm, method)(*args, **kwargs, **kw)
 
     def check(self, call):
@@ -238,11 +236,11 @@ def header(comm, collective):
         + ("MALLOC_MMAP_THRESHOLD_=%s MALLOC_TRIM_THRESHOLD_=%s (no fresh mappings per call)"
            % (os.environ.get("MALLOC_MMAP_THRESHOLD_"), os.environ.get("MALLOC_TRIM_THRESHOLD_"))
            if NO_MMAP else "glibc defaults (large temporaries are fresh mappings)"),
-        f"# MPIR_CVAR_DEVICE_COLLECTIVES={device or '<unset: MPICH default>'}: make bench keeps MPICH's "
-        "defaults, device collectives included, while np <= cores, and sets none when oversubscribed "
-        f"(np={p} {'>' if p > cores else '<='} {cores} cores), as make test does: MPICH's shared-memory "
-        "collectives spin on flags and collapse when ranks share a core (below MPI_THREAD_MULTIPLE; "
-        "at multiple no difference measured). Ours only uses point-to-point.",
+        f"# MPIR_CVAR_DEVICE_COLLECTIVES={device or '<unset: MPICH default>'} "
+        f"(np={p} {'>' if p > cores else '<='} {cores} cores).  make bench gives native MPICH's defaults,",
+        "#   device collectives included, while the ranks fit on the cores, and sets none when oversubscribed,",
+        "#   as make test does: MPICH's shared-memory collectives spin on flags and collapse when ranks share",
+        "#   a core (below MPI_THREAD_MULTIPLE; at multiple we measured no difference).  Ours is point-to-point.",
         "# time: a sample is `batch` calls back to back after a Barrier, divided by batch, slowest "
         "rank; avg/min/median over `reps` samples; contenders interleaved per repetition, order rotated",
         "# native/ours = native median / ours median: > 1.00 means ours is faster",
