@@ -29,8 +29,8 @@ def _input(array, like=None):
     """``array`` as an ndarray laid out like ``like`` (C order unless ``like`` is Fortran-only)."""
     array = np.asarray(array)
     if like is not None and like.flags.f_contiguous and not like.flags.c_contiguous:
-        return np.asfortranarray(array)
-    return np.ascontiguousarray(array)
+        return np.asarray(array, order="F")
+    return np.asarray(array, order="C")
 
 
 def _output(out, shape, dtype, name):
@@ -102,7 +102,7 @@ def reduce(comm, array, op="sum", root=0, algorithm="auto", out=None):
 def allgather(comm, array, algorithm="auto", out=None):
     """Every rank's ``array`` stacked in rank order: shape ``(p, *array.shape)``."""
     c = wrap(comm)
-    array = np.ascontiguousarray(array)
+    array = np.asarray(array, order="C")
     out = _output(out, (c.size, *array.shape), array.dtype, "allgather")
     c.Allgather(array, out, algorithm=algorithm)
     return out
@@ -115,7 +115,7 @@ def reduce_scatter(comm, array, op="sum", counts=None, algorithm="auto"):
     first ranks taking one row more.
     """
     c = wrap(comm)
-    array = np.ascontiguousarray(array)
+    array = np.asarray(array, order="C")
     if array.ndim == 0:
         raise ValueError("reduce_scatter: a 0-d array has no axis to split")
     rows = blocks(array.shape[0], c.size)[0] if counts is None else tuple(int(k) for k in counts)
@@ -131,7 +131,7 @@ def reduce_scatter(comm, array, op="sum", counts=None, algorithm="auto"):
 def gather(comm, array, root=0, algorithm="auto"):
     """Every rank's ``array`` stacked in rank order at ``root`` (shape ``(p, *shape)``); None elsewhere."""
     c = wrap(comm)
-    array = np.ascontiguousarray(array)
+    array = np.asarray(array, order="C")
     out = np.empty((c.size, *array.shape), array.dtype) if c.rank == root else None
     c.Gather(array, out, root=root, algorithm=algorithm)
     return out
@@ -157,7 +157,7 @@ def scatter(comm, array, root=0, algorithm="auto"):
     c = wrap(comm)
     descr, problem = np.zeros(_HEADER, np.int64), None
     if c.rank == root:
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array, order="C")
         descr, problem = _describe(array, c.size)
     # Non-roots learn dtype and shape from the root, so they need not pass an array; a bad
     # array at the root is reported on every rank instead of leaving the others waiting.

@@ -1,0 +1,165 @@
+"""Nonblocking collectives: same results as blocking, any completion order, errors at wait(),
+blocking calls queued behind pending ones, and progress while the caller computes."""
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from collectives import Comm
+
+N = 10007  # prime, uneven over any rank count
+
+
+def _data(r, n=N, dtype=np.float64):
+    return (np.arange(n) % 251 * (r + 1)).astype(dtype)
+
+
+def _bounded_poll(req, tries=30000):
+    """Poll ``req.test()`` with short sleeps; bounded, so a broken request fails instead of hanging."""
+    for _ in range(tries):
+        if req.test():
+            return True
+        time.sleep(0.001)
+    return req.test()
+
+
+def test_results_equal_native(comm, mpi_comm):
+    p, r = comm.size, comm.rank
+    root = p - 1
+    send = _data(r)
+    want_sum, want_max = np.empty_like(send), np.empty_like(send)
+    mpi_comm.Allreduce(send, want_sum)
+    mpi_comm.Allreduce(send, want_max, op=MPI.MAX)
+    want_gather = np.empty(p * N)
+    mpi_comm.Allgather(send, want_gather)
+    want_bcast = _data(root).astype(np.int32)
+
+    got_sum, got_max, got_reduce = (np.full_like(send, -1) for _ in range(3))
+    got_gather = np.full(p * N, -1.0)
+    got_bcast = want_bcast.copy() if r == root else np.zeros_like(want_bcast)
+    reqs = [comm.Iallreduce(send, got_sum), comm.Iallreduce(send, got_max, op=MPI.MAX),
+            comm.Ireduce(send, got_reduce, root=root), comm.Iallgather(send, got_gather),
+            comm.Ibcast(got_bcast, root=root), comm.Ibarrier()]
+    for req in reqs:
+        assert req.wait() is None
+    np.testing.assert_array_equal(got_sum, want_sum)
+    np.testing.assert_array_equal(got_max, want_max)
+    if r == root:
+        np.testing.assert_array_equal(got_reduce, want_sum)
+    np.testing.assert_array_equal(got_gather, want_gather)
+    np.testing.assert_array_equal(got_bcast, want_bcast)
+
+
+def test_outstanding_requests_completed_in_reverse_order(comm, mpi_comm):
+    sends = [_data(comm.rank) * (k + 1) for k in range(6)]
+    outs = [np.zeros(N) for _ in sends]
+    reqs = [comm.Iallreduce(s, o) for s, o in zip(sends, outs)]
+    for req in reversed(reqs):
+        req.wait()
+    for s, o in zip(sends, outs):
+        want = np.empty(N)
+        mpi_comm.Allreduce(s, want)
+        np.testing.assert_array_equal(o, want)
+
+
+def test_test_polling_becomes_true(comm, mpi_comm):
+    out = np.zeros(N)
+    req = comm.Iallreduce(_data(comm.rank), out)
+    assert _bounded_poll(req)
+    want = np.empty(N)
+    mpi_comm.Allreduce(_data(comm.rank), want)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_blocking_call_queues_behind_pending(comm, mpi_comm):
+    outs = [np.zeros(N) for _ in range(4)]
+    reqs = [comm.Iallreduce(_data(comm.rank) + k, outs[k]) for k in range(3)]
+    comm.Allreduce(_data(comm.rank) + 3, outs[3])
+    # Collectives run in the order they were called, so the blocking one finishing means
+    # every earlier nonblocking one has finished too, on every rank.
+    assert all(req.test() for req in reqs)
+    for k, out in enumerate(outs):
+        want = np.empty(N)
+        mpi_comm.Allreduce(_data(comm.rank) + k, want)
+        np.testing.assert_array_equal(out, want)
+
+
+def test_mismatch_surfaces_at_wait(comm, mpi_comm):
+    if comm.size < 2:
+        pytest.skip("a mismatch across ranks needs two ranks")
+    n = 10 if comm.rank == 0 else 11
+    req = comm.Iallreduce(np.ones(n), np.zeros(n))  # the call itself cannot know yet
+    with pytest.raises(ValueError, match="arguments differ across ranks: count ranges 10..11"):
+        req.wait()
+    with pytest.raises(ValueError, match="count ranges 10..11"):
+        req.test()
+    out = np.zeros(5)
+    comm.Iallreduce(np.ones(5), out).wait()  # the communicator is still usable
+    assert (out == comm.size).all()
+
+
+def test_free_finishes_pending_work_and_stops_the_thread(mpi_comm):
+    c = Comm(mpi_comm)
+    out = np.zeros(N)
+    req = c.Iallreduce(_data(c.rank), out)
+    thread = c._progress._thread
+    c.Free()
+    assert req.test()
+    assert not thread.is_alive()
+    want = np.empty(N)
+    mpi_comm.Allreduce(_data(c.rank), want)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_below_thread_multiple_completes_at_once(mpi_comm, monkeypatch):
+    c = Comm(mpi_comm)
+    monkeypatch.setattr(MPI, "Query_thread", lambda: MPI.THREAD_SERIALIZED)
+    out = np.zeros(N)
+    req = c.Iallreduce(_data(c.rank), out)
+    assert req.test() and c._progress is None
+    want = np.empty(N)
+    mpi_comm.Allreduce(_data(c.rank), want)
+    np.testing.assert_array_equal(out, want)
+    c.Free()
+
+
+def test_progress_while_the_caller_computes(comm, mpi_comm):
+    """The collective completes while the caller computes, before the caller calls wait().
+
+    Rank 1 of the communicator joins only after rank 0 tells it to, and rank 0 tells it only
+    after checking that its own request is not complete: so rank 0's request cannot have
+    completed inside Iallreduce, and whatever completes it happens in the background while
+    rank 0 runs NumPy work and merely polls.  No time is measured; the loops are bounded
+    (a synchronous Iallreduce would make rank 1 give up waiting and rank 0 fail).
+    """
+    p, r = comm.size, comm.rank
+    if p < 2:
+        pytest.skip("needs two ranks")
+    n = 1 << 20
+    send = np.arange(n, dtype=np.float64) % 1000 + r
+    out = np.zeros(n)
+    go = mpi_comm.irecv(source=0, tag=77) if r == 1 else None
+    if r == 1:
+        for _ in range(60000):  # up to about a minute
+            if go.test()[0]:
+                break
+            time.sleep(0.001)
+    req = comm.Iallreduce(send, out)
+    done_at_start = req.test()
+    if r == 0:
+        mpi_comm.send("go", dest=1, tag=77)
+    a = np.random.default_rng(r).random((256, 256))
+    deadline = time.monotonic() + 120  # a cap, not an assertion: broken progress fails below
+    while not req.test() and time.monotonic() < deadline:
+        a = np.tanh(a @ a.T / 256)
+    done_before_wait = req.test()
+    req.wait()
+    if r == 1:
+        go.wait()
+    if r == 0:
+        assert not done_at_start, "rank 0's Iallreduce completed before rank 1 had started it"
+    assert done_before_wait, "the collective did not complete while the caller computed"
+    want = np.empty(n)
+    mpi_comm.Allreduce(send, want)
+    np.testing.assert_array_equal(out, want)
