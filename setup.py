@@ -54,6 +54,8 @@ def extension(name, sources, mpi=False):
 
 EXTENSIONS = [
     extension("collectives._kernels", ["collectives/_kernels.pyx", "csrc/reduce.c"]),
+    extension("collectives._compress", ["collectives/_compress.pyx", "csrc/quantize.c",
+                                        "csrc/sparsify.c"]),
     extension("collectives._engine", ["collectives/_engine.pyx", "csrc/reduce.c"], mpi=True),
 ]
 

@@ -1,31 +1,77 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Thin wrapper over csrc/reduce.c: the native chunk reduction."""
+"""Thin wrapper over csrc/reduce.c: the native chunk reductions."""
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_ANY_CONTIGUOUS, PyBUF_WRITABLE
 
-cdef extern from "reduce.h" nogil:
-    int ck_reduce(void *dst, const void *src, size_t n, int dtype, int op)
-    size_t ck_itemsize(int dtype)
+from collectives._csrc cimport ck_reduce, ck_reduce_blocks, ck_reduce_scaled, ck_sum_f16_f32, ck_itemsize
+from collectives._payload import check_blocks
+
+
+cdef class _Pair:
+    """dst and src buffers held for one call, with their element counts under one dtype."""
+    cdef Py_buffer d, s
+    cdef bint held_d, held_s
+    cdef size_t nd, ns
+
+    def __cinit__(self, dst, src, size_t size, str name):
+        PyObject_GetBuffer(dst, &self.d, PyBUF_ANY_CONTIGUOUS | PyBUF_WRITABLE)
+        self.held_d = True
+        PyObject_GetBuffer(src, &self.s, PyBUF_ANY_CONTIGUOUS)
+        self.held_s = True
+        if size == 0 or self.d.len % size or self.s.len % size:
+            raise TypeError(f"{name}: buffer sizes {self.d.len}, {self.s.len} are not whole "
+                            f"elements of {size} bytes")
+        self.nd = <size_t>self.d.len // size
+        self.ns = <size_t>self.s.len // size
+
+    def __dealloc__(self):
+        if self.held_s:
+            PyBuffer_Release(&self.s)
+        if self.held_d:
+            PyBuffer_Release(&self.d)
 
 
 def reduce_into(dst, src, int dtype, int op):
     """dst[:] = op(dst, src) elementwise; ``dtype`` and ``op`` are kernel codes (collectives.ops)."""
-    cdef Py_buffer d, s
-    cdef size_t n, size = ck_itemsize(dtype)
+    cdef _Pair p = _Pair(dst, src, ck_itemsize(dtype), "reduce_into")
     cdef int rc
-    PyObject_GetBuffer(dst, &d, PyBUF_ANY_CONTIGUOUS | PyBUF_WRITABLE)
-    try:
-        PyObject_GetBuffer(src, &s, PyBUF_ANY_CONTIGUOUS)
-        try:
-            if d.len != s.len:
-                raise ValueError(f"reduce_into: dst has {d.len} bytes, src {s.len}")
-            if size == 0 or d.len % size:
-                raise TypeError(f"reduce_into: {d.len} bytes is not a whole number of dtype code {dtype}")
-            n = <size_t>d.len // size
-            with nogil:
-                rc = ck_reduce(d.buf, s.buf, n, dtype, op)
-            if rc:
-                raise TypeError(f"reduce_into: op code {op} not defined on dtype code {dtype}")
-        finally:
-            PyBuffer_Release(&s)
-    finally:
-        PyBuffer_Release(&d)
+    if p.nd != p.ns:
+        raise ValueError(f"reduce_into: dst has {p.d.len} bytes, src {p.s.len}")
+    with nogil:
+        rc = ck_reduce(p.d.buf, p.s.buf, p.nd, dtype, op)
+    if rc:
+        raise TypeError(f"reduce_into: op code {op} not defined on dtype code {dtype}")
+
+
+def reduce_blocks(dst, src, int dtype, int op, Py_ssize_t nblocks, Py_ssize_t blocklen,
+                  Py_ssize_t dst_stride, Py_ssize_t src_stride):
+    """dst[b*dst_stride:][:blocklen] = op(that, src[b*src_stride:][:blocklen]) for each block b."""
+    cdef _Pair p = _Pair(dst, src, ck_itemsize(dtype), "reduce_blocks")
+    cdef int rc
+    check_blocks("dst", p.nd, nblocks, blocklen, dst_stride)
+    check_blocks("src", p.ns, nblocks, blocklen, src_stride)
+    with nogil:
+        rc = ck_reduce_blocks(p.d.buf, p.s.buf, nblocks, blocklen, dst_stride, src_stride, dtype, op)
+    if rc:
+        raise TypeError(f"reduce_blocks: op code {op} not defined on dtype code {dtype}")
+
+
+def reduce_scaled(dst, src, int dtype, double scale):
+    """dst[:] = (dst + src) * scale for a float16/32/64 dtype code (float16 computed in float)."""
+    cdef _Pair p = _Pair(dst, src, ck_itemsize(dtype), "reduce_scaled")
+    cdef int rc
+    if p.nd != p.ns:
+        raise ValueError(f"reduce_scaled: dst has {p.d.len} bytes, src {p.s.len}")
+    with nogil:
+        rc = ck_reduce_scaled(p.d.buf, p.s.buf, p.nd, dtype, scale)
+    if rc:
+        raise TypeError(f"reduce_scaled: dtype code {dtype} is not a floating type")
+
+
+def sum_f16_f32(float[::1] acc, src):
+    """acc += src, float16 values summed into a float32 accumulator without rounding to half."""
+    cdef _Pair p = _Pair(acc, src, 2, "sum_f16_f32")
+    if p.ns != <size_t>len(acc):
+        raise ValueError(f"sum_f16_f32: acc has {len(acc)} elements, src {p.ns}")
+    if p.ns:
+        with nogil:
+            ck_sum_f16_f32(&acc[0], p.s.buf, p.ns)

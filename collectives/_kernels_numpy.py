@@ -1,6 +1,7 @@
 """NumPy fallback for collectives._kernels, with identical signatures (COLLECTIVES_PUREPYTHON=1)."""
 import numpy as np
 
+from ._payload import check_blocks
 from .ops import DTYPES, OP_NAMES, supports
 
 _UFUNC = {
@@ -25,3 +26,38 @@ def reduce_into(dst, src, dtype, op):
     if d.nbytes != s.nbytes:
         raise ValueError(f"reduce_into: dst has {d.nbytes} bytes, src {s.nbytes}")
     _UFUNC[name](d, s, out=d)
+
+
+def reduce_blocks(dst, src, dtype, op, nblocks, blocklen, dst_stride, src_stride):
+    """dst[b*dst_stride:][:blocklen] = op(that, src[b*src_stride:][:blocklen]) for each block b."""
+    t, name = np.dtype(DTYPES[dtype]), OP_NAMES[op]
+    if not supports(name, t):
+        raise TypeError(f"reduce_blocks: op code {op} not defined on dtype code {dtype}")
+    d, s = _view(dst, t), _view(src, t)
+    check_blocks("dst", len(d), nblocks, blocklen, dst_stride)
+    check_blocks("src", len(s), nblocks, blocklen, src_stride)
+    if nblocks and blocklen:
+        shape = (nblocks, blocklen)
+        dv = np.lib.stride_tricks.as_strided(d, shape, (dst_stride * t.itemsize, t.itemsize))
+        sv = np.lib.stride_tricks.as_strided(s, shape, (src_stride * t.itemsize, t.itemsize))
+        _UFUNC[name](dv, sv, out=dv)
+
+
+def reduce_scaled(dst, src, dtype, scale):
+    """dst[:] = (dst + src) * scale for a float16/32/64 dtype code (float16 computed in float)."""
+    t = np.dtype(DTYPES[dtype])
+    if t.kind != "f":
+        raise TypeError(f"reduce_scaled: dtype code {dtype} is not a floating type")
+    d, s = _view(dst, t), _view(src, t)
+    if d.nbytes != s.nbytes:
+        raise ValueError(f"reduce_scaled: dst has {d.nbytes} bytes, src {s.nbytes}")
+    w = np.float32 if t == np.float16 else t.type
+    d[...] = ((d.astype(w) + s.astype(w)) * w(scale)).astype(t)
+
+
+def sum_f16_f32(acc, src):
+    """acc += src, float16 values summed into a float32 accumulator without rounding to half."""
+    s = _view(src, np.float16)
+    if len(s) != len(acc):
+        raise ValueError(f"sum_f16_f32: acc has {len(acc)} elements, src {len(s)}")
+    acc += s

@@ -25,6 +25,19 @@ enum ck_op {
 /* Returns 0, or -1 when op is not defined on dtype (nothing is written then). */
 int ck_reduce(void *dst, const void *src, size_t n, int dtype, int op);
 
+/* dst = op(dst, src) over nblocks blocks of blocklen elements, block b starting at element
+ * b * dst_stride of dst and b * src_stride of src: strided chunks without a temporary.
+ * Returns -1 when op is not defined on dtype. */
+int ck_reduce_blocks(void *dst, const void *src, size_t nblocks, size_t blocklen,
+                     size_t dst_stride, size_t src_stride, int dtype, int op);
+
+/* dst = (dst + src) * scale for float16 (computed in float, rounded once), float32 and
+ * float64, e.g. the last step of an average.  Returns -1 for other dtypes. */
+int ck_reduce_scaled(void *dst, const void *src, size_t n, int dtype, double scale);
+
+/* acc += src: float16 values summed into a float32 accumulator (no rounding to half). */
+void ck_sum_f16_f32(float *acc, const void *src, size_t n);
+
 /* Bytes per element of dtype, 0 for an unknown code. */
 size_t ck_itemsize(int dtype);
 

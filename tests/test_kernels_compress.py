@@ -1,0 +1,325 @@
+"""Compression kernels: native against the NumPy twin (bit for bit), and both against the definitions.
+
+Single-process: every rank runs the same checks on its own data.  Tolerances of the
+statistical checks are derived in their docstrings.
+"""
+import numpy as np
+import pytest
+
+from collectives import kernels
+from collectives._compress_numpy import rng_uniform
+
+NATIVE = kernels.native
+IMPLS = [kernels.numpy] + ([NATIVE] if NATIVE is not None else [])
+FLOATS = [np.float32, np.float64]
+BUCKET = 64
+LENGTHS = [0, 1, 7, BUCKET - 1, BUCKET, BUCKET + 1, 1001, 100_003]
+
+
+def data(n, dtype, seed=0):
+    """Gradient-like values: mostly small, some large, with exact zeros and repeated values."""
+    rng = np.random.default_rng([seed, n])
+    x = (rng.standard_normal(n) * np.exp(rng.uniform(-3, 3, n))).astype(dtype)
+    x[rng.random(n) < 0.05] = 0
+    return x
+
+
+def nb(n, bucket=BUCKET):
+    return -(-n // bucket)
+
+
+def run_both(fn_name, make_args):
+    """Call fn in every implementation on fresh copies of the arguments; return their arguments."""
+    outs = []
+    for impl in IMPLS:
+        args = make_args()
+        ret = getattr(impl, fn_name)(*args)
+        outs.append((ret, args))
+    return outs
+
+
+def assert_same(outs):
+    """Native and NumPy outputs are bit-identical (returns and every mutated argument)."""
+    (r0, a0), *rest = outs
+    for r, a in rest:
+        assert r == r0
+        for u, v in zip(a0, a):
+            if isinstance(u, np.ndarray):
+                np.testing.assert_array_equal(u.view(np.uint8), v.view(np.uint8))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("ef", [False, True])
+def test_fp16(dtype, n, ef):
+    x = data(n, dtype)
+    scale = 0.5
+    outs = run_both("fp16_compress", lambda: (x, scale, np.empty(n, np.float16),
+                                              data(n, dtype, 1) * 1e-3 if ef else None))
+    assert_same(outs)
+    over, (_, _, h, res) = outs[0]
+    v = x + (data(n, dtype, 1) * 1e-3 if ef else 0)
+    with np.errstate(over="ignore"):
+        want = (v * dtype(scale)).astype(np.float16)
+    np.testing.assert_array_equal(h, want)
+    assert over == (not np.isfinite(want).all())
+    for impl in IMPLS:
+        out = np.full(n, 3, dtype)
+        impl.fp16_decompress(h, scale, out)
+        np.testing.assert_array_equal(out, h.astype(dtype) * (dtype(1) / dtype(scale)))
+        acc = np.ones(n, dtype)
+        impl.fp16_decompress_add(h, scale, acc)
+        np.testing.assert_array_equal(acc, 1 + out)
+        if ef:
+            np.testing.assert_array_equal(res, v - out)
+    fin = np.isfinite(want)
+    err = np.abs(h[fin].astype(np.float64) / scale - v[fin])
+    # Round to nearest half: relative error 2^-11 for normals, absolute 2^-25 / scale below.
+    assert np.all(err <= np.abs(v[fin]) * 2.0**-11 + 2.0**-25 / scale)
+
+
+def test_fp16_overflow_detected():
+    for impl in IMPLS:
+        x = np.array([1.0, 7e4, -2.0], np.float32)
+        assert impl.fp16_compress(x, 1.0, np.empty(3, np.float16))
+        assert not impl.fp16_compress(x, 0.5, np.empty(3, np.float16))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("stochastic", [False, True])
+@pytest.mark.parametrize("ef", [False, True])
+def test_int8(dtype, n, stochastic, ef):
+    x = data(n, dtype)
+    res0 = data(n, dtype, 1) * 0.1
+    outs = run_both("int8_compress", lambda: (x, BUCKET, np.empty(n, np.int8),
+                                              np.empty(nb(n), dtype), stochastic, 42,
+                                              res0.copy() if ef else None))
+    assert_same(outs)
+    _, (_, _, q, scales, _, _, res) = outs[0]
+    v = x + res0 if ef else x
+    amax = np.array([np.abs(v[i:i + BUCKET]).max() for i in range(0, n, BUCKET)], dtype)
+    np.testing.assert_array_equal(scales, amax / dtype(127))
+    deq = q.astype(dtype) * np.repeat(scales, BUCKET)[:n]
+    step = np.repeat(scales, BUCKET)[:n].astype(np.float64)
+    # Error bound: half a step rounding to nearest, under one step stochastic (plus rounding).
+    bound = (1.0 if stochastic else 0.5) * step * (1 + 1e-6) + 1e-30
+    assert np.all(np.abs(deq.astype(np.float64) - v) <= bound)
+    for impl in IMPLS:
+        out = np.empty(n, dtype)
+        impl.int8_decompress(q, scales, BUCKET, out)
+        np.testing.assert_array_equal(out, deq)
+        acc = np.full(n, 2, dtype)
+        impl.int8_decompress_add(q, scales, BUCKET, acc)
+        np.testing.assert_array_equal(acc, 2 + deq)
+    if ef:
+        np.testing.assert_array_equal(res, v - deq)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("ef", [False, True])
+def test_qsgd(dtype, n, ef):
+    x = data(n, dtype)
+    levels = 7
+    outs = run_both("qsgd_compress", lambda: (x, BUCKET, levels, 9, np.empty(n, np.int8),
+                                              np.empty(nb(n), dtype),
+                                              np.zeros(n, dtype) if ef else None))
+    assert_same(outs)
+    _, (_, _, _, _, q, norms, _) = outs[0]
+    want = [np.linalg.norm(x[i:i + BUCKET].astype(np.float64)) for i in range(0, n, BUCKET)]
+    np.testing.assert_allclose(norms, want, rtol=1e-6)
+    assert np.all(np.abs(q) <= levels)
+    step = np.repeat(norms / dtype(levels), BUCKET)[:n].astype(np.float64)
+    deq = np.empty(n, dtype)
+    for impl in IMPLS:
+        impl.qsgd_decompress(q, norms, BUCKET, levels, deq)
+        assert np.all(np.abs(deq - x.astype(np.float64)) <= step * (1 + 1e-6))
+        acc = np.ones(n, dtype)
+        impl.qsgd_decompress_add(q, norms, BUCKET, levels, acc)
+        np.testing.assert_array_equal(acc, 1 + deq)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("ef", [False, True])
+def test_sign(dtype, n, ef):
+    x = data(n, dtype)
+    res0 = data(n, dtype, 3)
+    outs = run_both("sign_compress", lambda: (x, BUCKET, np.empty(-(-n // 8), np.uint8),
+                                              np.empty(nb(n), dtype),
+                                              res0.copy() if ef else None))
+    assert_same(outs)
+    _, (_, _, bits, mags, res) = outs[0]
+    v = x + res0 if ef else x
+    np.testing.assert_array_equal(bits, np.packbits(v >= 0, bitorder="little"))
+    want = [np.abs(v[i:i + BUCKET].astype(np.float64)).mean() for i in range(0, n, BUCKET)]
+    np.testing.assert_allclose(mags, want, rtol=1e-6)
+    for impl in IMPLS:
+        out = np.empty(n, dtype)
+        impl.sign_decompress(bits, mags, BUCKET, out)
+        m = np.repeat(mags, BUCKET)[:n]
+        np.testing.assert_array_equal(out, np.where(v >= 0, m, -m))
+        acc = np.ones(n, dtype)
+        impl.sign_decompress_add(bits, mags, BUCKET, acc)
+        np.testing.assert_array_equal(acc, 1 + out)
+        if ef:
+            np.testing.assert_array_equal(res, v - out)
+
+
+def test_sign_bucket_must_be_whole_bytes():
+    for impl in IMPLS:
+        with pytest.raises(ValueError, match="multiple of 8"):
+            impl.sign_compress(np.ones(20, np.float32), 12, np.empty(3, np.uint8),
+                               np.empty(2, np.float32))
+
+
+@pytest.mark.parametrize("kind", ["int8", "qsgd"])
+def test_stochastic_unbiased(kind):
+    """Mean over S seeds of decompress(compress(x)) is within 5 sigma of x, elementwise.
+
+    Each element's error is q*step - x with |error| < step and variance at most step^2 / 4,
+    so the mean over S independent seeds has standard deviation at most step / (2 sqrt(S)).
+    """
+    n, S, levels = 2 * BUCKET + 5, 400, 3
+    x = data(n, np.float64, 7)
+    impl = IMPLS[-1]
+    total = np.zeros(n)
+    q, sc = np.empty(n, np.int8), np.empty(nb(n))
+    for seed in range(S):
+        if kind == "int8":
+            impl.int8_compress(x, BUCKET, q, sc, True, seed)
+            impl.int8_decompress_add(q, sc, BUCKET, total)
+            step = np.repeat(sc, BUCKET)[:n]
+        else:
+            impl.qsgd_compress(x, BUCKET, levels, seed, q, sc)
+            impl.qsgd_decompress_add(q, sc, BUCKET, levels, total)
+            step = np.repeat(sc / levels, BUCKET)[:n]
+    sigma = step / (2 * np.sqrt(S))
+    assert np.all(np.abs(total / S - x) <= 5 * sigma + 1e-12)
+
+
+def test_rng_reproducible_and_uniform():
+    u = rng_uniform(5, 0, 100_000, np.dtype(np.float64))
+    np.testing.assert_array_equal(u, rng_uniform(5, 0, 100_000, np.dtype(np.float64)))
+    np.testing.assert_array_equal(u[500:600], rng_uniform(5, 500, 100, np.dtype(np.float64)))
+    assert not np.array_equal(u, rng_uniform(6, 0, 100_000, np.dtype(np.float64)))
+    # Mean of 1e5 uniforms: sd 1/sqrt(12e5) ~ 9.1e-4; 5 sd.
+    assert abs(u.mean() - 0.5) < 5 * 9.2e-4
+    assert 0 <= u.min() and u.max() < 1
+
+
+def topk_definition(x, k):
+    """Indices of the k largest |x|, ties broken toward lower indices, ascending."""
+    order = np.lexsort((np.arange(len(x)), -np.abs(x)))
+    return np.sort(order[:k])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("frac", [0.0, 0.01, 0.3, 1.0])
+def test_topk(dtype, n, frac):
+    x = data(n, dtype)
+    x[::5] = x[:1]   # many ties
+    k = int(round(frac * n)) if frac < 1 else n + 3
+    m = min(k, n)
+    outs = run_both("topk", lambda: (x.copy(), k, np.empty(m, np.int64), np.empty(m, dtype), True))
+    assert_same(outs)
+    _, (xz, _, idx, vals, _) = outs[0]
+    want = topk_definition(x, m)
+    np.testing.assert_array_equal(idx, want)
+    np.testing.assert_array_equal(vals, x[want])
+    rest = x.copy()
+    rest[want] = 0
+    np.testing.assert_array_equal(xz, rest)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", [1, 1001, 100_003])
+def test_approx_topk(dtype, n):
+    x = data(n, dtype)
+    k = max(1, n // 100)
+    outs = run_both("approx_topk", lambda: (x.copy(), k, 1000, 3, np.zeros(k, np.int64),
+                                            np.zeros(k, dtype), True))
+    assert_same(outs)
+    c, (xz, _, _, _, idx, vals, _) = outs[0]
+    assert 0 < c <= k
+    idx, vals = idx[:c], vals[:c]
+    assert np.all(np.diff(idx) > 0)
+    np.testing.assert_array_equal(vals, x[idx])
+    # Whatever the sampled threshold, the kept elements are the c largest magnitudes.
+    np.testing.assert_array_equal(idx, topk_definition(x, c))
+    rest = x.copy()
+    rest[idx] = 0
+    np.testing.assert_array_equal(xz, rest)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", LENGTHS)
+def test_threshold(dtype, n):
+    x = data(n, dtype)
+    thr = 1.5
+    want = np.flatnonzero(np.abs(x) >= thr)
+    for impl in IMPLS:
+        assert impl.threshold_count(x, thr) == len(want)
+    cap = len(want) // 2
+    outs = run_both("threshold", lambda: (x.copy(), thr, np.empty(cap, np.int64),
+                                          np.empty(cap, dtype), True))
+    assert_same(outs)
+    c, (xz, _, idx, vals, _) = outs[0]
+    assert c == len(want)
+    np.testing.assert_array_equal(idx, want[:cap])
+    np.testing.assert_array_equal(vals, x[want[:cap]])
+    assert np.all(xz[want[:cap]] == 0) and np.all(xz[want[cap:]] == x[want[cap:]])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", LENGTHS)
+def test_randk(dtype, n):
+    x = data(n, dtype)
+    k = n // 10
+    counts = {impl.randk_indices(n, k, 11, np.empty(0, np.int64)) for impl in IMPLS}
+    assert len(counts) == 1
+    c = counts.pop()
+    # Binomial(n, k/n): within 6 sd of k.
+    assert abs(c - k) <= 6 * np.sqrt(k) + 1
+    idx = np.empty(c, np.int64)
+    outs = run_both("randk_indices", lambda: (n, k, 11, np.empty(c, np.int64)))
+    assert_same(outs)
+    idx = outs[0][1][3]
+    outs = run_both("randk", lambda: (x.copy(), k, 11, np.empty(c, dtype), True))
+    assert_same(outs)
+    _, (xz, _, _, vals, _) = outs[0]
+    np.testing.assert_array_equal(vals, x[idx])
+    assert np.all(xz[idx] == 0)
+    for impl in IMPLS:
+        dst = np.ones(n, dtype)
+        impl.randk_scatter_add(dst, k, 11, vals, 2.0)
+        want = np.ones(n, dtype)
+        want[idx] += vals * dtype(2)
+        np.testing.assert_array_equal(dst, want)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_scatter_add(dtype):
+    for impl in IMPLS:
+        dst = np.zeros(10, dtype)
+        impl.scatter_add(dst, np.array([1, 4, 9]), np.array([1, 2, 3], dtype), 0.5)
+        np.testing.assert_array_equal(dst, [0, 0.5, 0, 0, 1, 0, 0, 0, 0, 1.5])
+        with pytest.raises(ValueError, match="outside"):
+            impl.scatter_add(dst, np.array([10]), np.array([1], dtype))
+        assert np.all(dst[[1, 4, 9]] == [0.5, 1, 1.5])
+
+
+def test_bad_sizes_raise():
+    for impl in IMPLS:
+        with pytest.raises(ValueError, match="scales"):
+            impl.int8_compress(np.ones(10, np.float32), 4, np.empty(10, np.int8),
+                               np.empty(2, np.float32))
+        with pytest.raises(ValueError, match="bucket"):
+            impl.int8_compress(np.ones(10, np.float32), 0, np.empty(10, np.int8),
+                               np.empty(2, np.float32))
+        with pytest.raises(ValueError, match="levels"):
+            impl.qsgd_compress(np.ones(4), 4, 200, 0, np.empty(4, np.int8), np.empty(1))
+        with pytest.raises(ValueError, match="idx"):
+            impl.topk(np.ones(10), 3, np.empty(2, np.int64), np.empty(2))
