@@ -1,0 +1,16 @@
+"""``python -m collectives <command>``: ``train`` runs the distributed training job."""
+import sys
+
+
+def main(argv=None):
+    """Dispatch to a command; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in ("train",):
+        print("usage: python -m collectives train [options]   (train --help for the options)", file=sys.stderr)
+        return 2
+    from .train.job import main as train
+    return train(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Preparing distributed data: classes, a seeded train/test split, standardisation, partitions.
+
+Every function is collective over an mpi4py communicator and works from global row
+numbers, so the result does not depend on how many ranks read the file: a row lands in
+the test set, or in a federated client, by its number and the seed alone.
+"""
+import os
+
+import numpy as np
+import scipy.sparse as sp
+
+DIGITS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "digits.svm")
+
+
+class Part:
+    """Rows held by this rank: features X (dense or CSR), targets y and their global row numbers."""
+
+    def __init__(self, X, y, rows):
+        self.X, self.y, self.rows = X, y, np.asarray(rows, np.int64)
+
+    def __len__(self):
+        return self.X.shape[0]
+
+    def take(self, index):
+        """The rows at local positions ``index``."""
+        return Part(self.X[index], self.y[index], self.rows[index])
+
+
+def classes(comm, labels):
+    """Sorted distinct labels over every rank."""
+    return np.unique(np.concatenate(comm.allgather(np.unique(labels))))
+
+
+def split(comm, part, test_fraction, seed):
+    """(train, test) Parts: a seeded random ``test_fraction`` of the global rows goes to test.
+
+    Rows are renumbered within each set (0 .. n_train - 1 in file order), which is what
+    global minibatches are drawn from.
+    """
+    n = comm.allreduce(len(part))
+    if not 0 <= test_fraction < 1:
+        raise ValueError(f"test fraction must be in [0, 1), got {test_fraction}")
+    is_test = np.zeros(n, bool)
+    is_test[np.random.default_rng(seed).permutation(n)[:int(round(test_fraction * n))]] = True
+    number = np.where(is_test, np.cumsum(is_test) - 1, np.cumsum(~is_test) - 1)
+    mask = is_test[part.rows]
+    out = []
+    for keep in (~mask, mask):
+        sub = part.take(np.flatnonzero(keep))
+        sub.rows = number[sub.rows]
+        out.append(sub)
+    return tuple(out)
+
+
+def redistribute(comm, part, dest):
+    """Send local row i to rank ``dest[i]``; the rows received, ordered by row number."""
+    outgoing = [part.take(np.flatnonzero(dest == r)) for r in range(comm.Get_size())]
+    incoming = comm.alltoall([(q.X, q.y, q.rows) for q in outgoing])
+    stack = sp.vstack if sp.issparse(part.X) else np.vstack
+    X = stack([x for x, _, _ in incoming])
+    y = np.concatenate([y for _, y, _ in incoming])
+    rows = np.concatenate([r for _, _, r in incoming])
+    keep = np.argsort(rows, kind="stable")
+    return Part(X.tocsr()[keep] if sp.issparse(X) else X[keep], y[keep], rows[keep])
+
+
+def standardize(comm, parts, dense=True):
+    """(parts, mean, std): features scaled to zero mean, unit variance by ``parts[0]``'s statistics.
+
+    Statistics are over every rank's rows.  Constant features are centred and left
+    unscaled.  ``dense=False`` keeps sparse rows sparse by scaling without centring.
+    """
+    X = parts[0].X
+    n = comm.allreduce(X.shape[0])
+    sums = np.vstack([np.asarray(X.sum(0)).ravel(), np.asarray(X.multiply(X).sum(0) if sp.issparse(X)
+                                                               else (X * X).sum(0)).ravel()])
+    total = np.empty_like(sums)
+    comm.Allreduce(sums, total)
+    mean = total[0] / max(n, 1)
+    var = np.maximum(total[1] / max(n, 1) - mean * mean, 0)
+    std = np.sqrt(var)
+    std[std == 0] = 1
+    out = []
+    for p in parts:
+        if dense:
+            Xs = ((p.X.toarray() if sp.issparse(p.X) else p.X) - mean) / std
+        else:
+            Xs = sp.csr_matrix(p.X @ sp.diags(1 / std))
+        out.append(Part(Xs, p.y, p.rows))
+    return out, mean, std
+
+
+def label_skew(comm, part, shards_per_client, seed):
+    """Re-partition rows so each rank holds ``shards_per_client`` label-sorted shards (non-IID).
+
+    Rows are ordered globally by (label, row number) and cut into ``size * shards_per_client``
+    equal shards, dealt to ranks by a seeded permutation (McMahan et al.'s pathological split).
+    """
+    p = comm.Get_size()
+    labels = classes(comm, part.y)
+    code = np.searchsorted(labels, part.y)
+    counts = np.bincount(code, minlength=len(labels))
+    total = np.empty_like(counts)
+    comm.Allreduce(counts, total)
+    before = comm.exscan(counts)
+    if before is None:  # rank 0
+        before = np.zeros_like(counts)
+    order = np.lexsort((part.rows, code))
+    rank_in_label = np.empty(len(part), np.int64)
+    for c in range(len(labels)):
+        idx = order[code[order] == c]
+        rank_in_label[idx] = np.arange(len(idx))
+    position = np.concatenate(([0], np.cumsum(total)[:-1]))[code] + before[code] + rank_in_label
+    nshards = p * shards_per_client
+    n = int(total.sum())
+    shard = position * nshards // max(n, 1)
+    owner = np.empty(nshards, np.int64)
+    owner[np.random.default_rng(seed).permutation(nshards)] = np.arange(nshards) // shards_per_client
+    return redistribute(comm, part, owner[shard])

@@ -1,0 +1,138 @@
+"""The training job behind ``python -m collectives train``: data in, model and metrics out."""
+import argparse
+import json
+import os
+
+import numpy as np
+
+from .. import Comm
+from ..registry import names
+from . import data as D
+from .libsvm import read_libsvm
+from .models import CLASSIFIERS, MODELS, make_model
+from .optim import OPTIMIZERS
+from .trainer import DEFAULT_EPOCHS, DEFAULTS, SYNCS, Trainer, _compressors
+
+
+class Prepared:
+    """This rank's train and test Parts, the label classes and the feature scaling."""
+
+    def __init__(self, train, test, classes, mean, std, n_features):
+        self.train, self.test = train, test
+        self.classes, self.mean, self.std = classes, mean, std
+        self.n_features = n_features
+
+
+def prepare(comm, path=D.DIGITS, classify=True, test_fraction=0.2, seed=0, standardize=True,
+            partition="iid", shards=2, zero_based="auto"):
+    """Read ``path`` in parallel and make the seeded train/test split, scaling and partition."""
+    raw = comm.comm if isinstance(comm, Comm) else comm
+    ds = read_libsvm(path, raw, zero_based=zero_based)
+    y, labels = ds.y, None
+    if classify:
+        labels = D.classes(raw, ds.y)
+        y = np.searchsorted(labels, ds.y)
+    train, test = D.split(raw, D.Part(ds.X, y, ds.rows), test_fraction, seed)
+    mean = std = None
+    if standardize:
+        (train, test), mean, std = D.standardize(raw, [train, test])
+    if partition == "skew":
+        train = D.label_skew(raw, train, shards, seed)
+    elif partition != "iid":
+        raise ValueError(f"unknown partition {partition!r}; 'iid' or 'skew'")
+    return Prepared(train, test, labels, mean, std, ds.X.shape[1])
+
+
+def make_trainer(comm, prepared, model="softmax", hidden=64, **options):
+    """A Trainer for ``model`` on ``prepared`` data."""
+    classes = 0 if prepared.classes is None else len(prepared.classes)
+    net = make_model(model, prepared.n_features, classes, hidden)
+    return Trainer(comm, net, prepared.train, prepared.test, is_classifier=model in CLASSIFIERS, **options)
+
+
+def parser():
+    """The argument parser of ``python -m collectives train``."""
+    d = DEFAULTS
+    p = argparse.ArgumentParser(prog="python -m collectives train",
+                                description="Train a model on LIBSVM data over collectives (run under mpiexec).")
+    a = p.add_argument
+    a("--data", default=D.DIGITS, help="LIBSVM file (default: the bundled handwritten digits)")
+    a("--zero-based", choices=["auto", "yes", "no"], default="auto", help="index base of the file")
+    a("--model", choices=list(MODELS), default="softmax")
+    a("--hidden", type=int, default=64, help="hidden units of the MLP")
+    a("--optimizer", choices=list(OPTIMIZERS), default=d["optimizer"])
+    a("--sync", choices=list(SYNCS), default=d["sync"], help="synchronisation model")
+    a("--allreduce", choices=["auto", *names("allreduce"), *(n.split("_", 1)[1] for n in names("allreduce"))],
+      default=None, help="all-reduce algorithm (default: COLLECTIVES_ALLREDUCE or auto)")
+    comp = _compressors()
+    a("--compress", choices=["none", *([] if comp is None else sorted(comp.COMPRESSORS))], default="none",
+      help="gradient compressor for --sync sync")
+    a("--epochs", type=int, default=None, help="epochs (L-BFGS/Newton: iterations); default per optimizer")
+    a("--batch", type=int, default=d["batch"], help="global minibatch size")
+    a("--lr", type=float, default=None, help="learning rate (default 0.1 SGD, 0.01 Adam)")
+    a("--momentum", type=float, default=d["momentum"])
+    a("--schedule", choices=["const", "sqrt"], default=d["schedule"], help="SGD step: constant or lr/sqrt(t)")
+    a("--adam-decay", action="store_true", help="Adam with alpha_t = alpha/sqrt(t)")
+    a("--history", type=int, default=d["history"], help="L-BFGS memory m")
+    a("--tol", type=float, default=d["tol"], help="L-BFGS/Newton: stop when max |gradient| < tol")
+    a("--lam", type=float, default=d["lam"], help="L2 regularisation lambda")
+    a("--local-steps", type=int, default=d["local_steps"], help="local SGD: average every H steps")
+    a("--client-fraction", type=float, default=d["client_fraction"], help="fedavg: clients per round")
+    a("--local-epochs", type=int, default=d["local_epochs"], help="fedavg: local epochs per round")
+    a("--partition", choices=["iid", "skew"], default="iid", help="skew: label-skewed (non-IID) rows per rank")
+    a("--shards", type=int, default=2, help="skew: label shards per rank")
+    a("--servers", type=int, default=d["servers"], help="ps: number of server ranks")
+    a("--tau", type=int, default=d["tau"], help="ps: staleness bound (0 synchronous, negative asynchronous)")
+    a("--bucket-kb", type=float, default=d["bucket_kb"], help="ddp: bucket size in KiB")
+    a("--test-fraction", type=float, default=0.2)
+    a("--no-standardize", action="store_true", help="keep features as read (sparse)")
+    a("--seed", type=int, default=d["seed"])
+    a("--log-every", type=int, default=None, help="table row every N epochs (default: about 20 rows)")
+    a("--checkpoint", default=None, help="checkpoint file (.npz)")
+    a("--checkpoint-every", type=int, default=0, help="checkpoint every N steps")
+    a("--resume", action="store_true", help="continue from --checkpoint if it exists")
+    a("--max-steps", type=int, default=None, help="stop after N steps in total")
+    a("--metrics", default=None, help="write metrics as JSON here")
+    a("--save", default=None, help="write the model (.npz) here")
+    a("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar (default: on a tty)")
+    return p
+
+
+def main(argv=None):
+    """Run the training job; returns 0."""
+    args = parser().parse_args(argv)
+    comm = Comm()
+    classify = args.model in CLASSIFIERS
+    zero_based = {"auto": "auto", "yes": True, "no": False}[args.zero_based]
+    prepared = prepare(comm, args.data, classify, args.test_fraction, args.seed, not args.no_standardize,
+                       args.partition, args.shards, zero_based)
+    options = {k: getattr(args, k) for k in DEFAULTS if hasattr(args, k)}
+    if options["allreduce"] == "auto":
+        options["allreduce"] = None
+    if args.log_every is None:
+        epochs = args.epochs or DEFAULT_EPOCHS[args.optimizer]
+        options["log_every"] = max(1, epochs // 20)
+    trainer = make_trainer(comm, prepared, args.model, args.hidden, **options)
+    n = comm.comm.allreduce(len(prepared.train))
+    if comm.rank == 0:
+        print(f"{os.path.basename(args.data)}: {n} training rows, {prepared.n_features} features; "
+              f"{args.model} / {args.optimizer} / {args.sync} on {comm.size} ranks")
+    w = trainer.fit()
+    metrics = trainer.metrics()
+    if comm.rank == 0:
+        F, train_m, test_m = trainer.final
+        what = "accuracy" if classify else "RMSE"
+        tm = trainer.clock.total
+        print(f"objective {F:.12f}  train {what} {train_m:.4f}  time {trainer.elapsed:.2f} s "
+              f"(compute {tm['compute']:.2f} s, communication {tm['comm']:.2f} s"
+              + (f", overlap {trainer.overlap:.0%}" if trainer.overlap is not None else "") + ")")
+        print(f"test {what}: {test_m:.4f}")
+        if args.metrics:
+            with open(args.metrics, "w") as f:
+                json.dump(metrics, f, indent=1, default=float)
+        if args.save:
+            extra = {k: v for k, v in (("classes", prepared.classes), ("mean", prepared.mean),
+                                       ("std", prepared.std)) if v is not None}
+            np.savez(args.save, w=w, model=args.model, hidden=args.hidden, n_features=prepared.n_features, **extra)
+    comm.Free()
+    return 0

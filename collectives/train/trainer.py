@@ -1,0 +1,470 @@
+"""The training loop and its synchronisation models.
+
+``Trainer(comm, model, train, test, **options).fit()`` minimises the mean loss plus
+(lambda/2)||W||^2 over the rows every rank holds.  ``sync`` picks how ranks cooperate:
+
+* ``sync``   data parallel: the gradient of a global minibatch all-reduced every step
+             (any ``allreduce`` algorithm, any ``compress``ion); L-BFGS and Newton too;
+* ``ddp``    the same, but gradients are all-reduced bucket by bucket with nonblocking
+             collectives while the backward pass goes on (PyTorch DDP); overlap measured;
+* ``local``  local SGD: each rank steps on its own rows, models averaged every H steps;
+* ``fedavg`` federated averaging: per round a seeded fraction of clients (ranks) trains
+             for E local epochs from the global model, then a weighted average;
+* ``ps``     parameter server (collectives.train.ps): asynchronous, or stale-synchronous
+             with bound tau (tau = 0 is synchronous and matches ``sync``);
+* ``gossip`` each step, average with the ring neighbours; one global average at the end.
+
+Minibatches are drawn from a seeded permutation of the *global* row numbers (``sync``,
+``ddp``, ``ps``), so the trajectory does not depend on the number of ranks; local models
+draw from their own rows.  Everything is a function of the seed, the epoch and the step,
+so a checkpointed run resumes to the very same trajectory.
+"""
+import contextlib
+import json
+import os
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from . import optim
+
+DEFAULTS = dict(
+    optimizer="lbfgs", sync="sync", lam=1e-3, epochs=None, batch=64, lr=None, momentum=0.9,
+    schedule="const", adam_decay=False, history=10, tol=1e-8, allreduce=None, compress="none",
+    local_steps=8, client_fraction=1.0, local_epochs=1, servers=1, tau=0, bucket_kb=16.0,
+    seed=0, log_every=1, checkpoint=None, checkpoint_every=0, resume=False, max_steps=None,
+    progress=None,
+)
+SYNCS = ("sync", "ddp", "local", "fedavg", "ps", "gossip")
+DEFAULT_EPOCHS = {"lbfgs": 300, "newton": 30, "sgd": 30, "adam": 30}
+DEFAULT_LR = {"sgd": 0.1, "adam": 0.01}
+
+
+def _compressors():
+    try:
+        from .. import compression
+    except ImportError:
+        return None
+    return compression
+
+
+class Clock:
+    """Seconds spent per activity: compute, comm (exposed), hidden (overlapped comm), eval."""
+
+    def __init__(self):
+        self.total = dict(compute=0.0, comm=0.0, hidden=0.0, eval=0.0)
+
+    @contextlib.contextmanager
+    def __call__(self, what):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.total[what] += time.perf_counter() - t
+
+
+class Trainer:
+    """Train ``model`` on this rank's ``train`` Part, cooperating over collectives.Comm ``comm``.
+
+    Options are the keys of DEFAULTS (the command line's flags); see ``python -m
+    collectives train --help`` for their meaning.
+    """
+
+    def __init__(self, comm, model, train, test=None, is_classifier=True, **options):
+        unknown = set(options) - set(DEFAULTS)
+        if unknown:
+            raise TypeError(f"unknown training options: {', '.join(sorted(unknown))}")
+        o = dict(DEFAULTS, **options)
+        if o["optimizer"] not in optim.OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {o['optimizer']!r}; one of {', '.join(optim.OPTIMIZERS)}")
+        if o["sync"] not in SYNCS:
+            raise ValueError(f"unknown synchronisation {o['sync']!r}; one of {', '.join(SYNCS)}")
+        if o["optimizer"] in optim.BATCH and o["sync"] != "sync":
+            raise ValueError(f"optimizer {o['optimizer']} needs full gradients: use --sync sync")
+        if o["optimizer"] == "newton" and not hasattr(model, "hessian"):
+            raise ValueError("Newton's method needs a model with a Hessian (not the MLP)")
+        if o["compress"] != "none" and (o["optimizer"] in optim.BATCH or o["sync"] != "sync"):
+            raise ValueError("--compress applies to stochastic gradients with --sync sync")
+        if o["compress"] != "none":
+            comp = _compressors()
+            if comp is None or o["compress"] not in comp.COMPRESSORS:
+                have = ["none"] + ([] if comp is None else sorted(comp.COMPRESSORS))
+                raise ValueError(f"unknown compressor {o['compress']!r}; one of {', '.join(have)}")
+        if o["sync"] == "ps" and o["checkpoint"]:
+            raise ValueError("checkpoints are not supported with --sync ps (its trajectory is not reproducible)")
+        if o["epochs"] is None:
+            o["epochs"] = DEFAULT_EPOCHS[o["optimizer"]]
+        if o["lr"] is None:
+            o["lr"] = DEFAULT_LR.get(o["optimizer"])
+        if o["batch"] < 1:
+            raise ValueError(f"batch must be positive, got {o['batch']}")
+        self.o = o
+        self.comm, self.model = comm, model
+        self.train, self.test = train, test
+        self.is_classifier = is_classifier
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.clock = Clock()
+        self.history = []
+        self.t = 0
+        self.overlap = None
+        self.compressor = None
+        if o["compress"] != "none":
+            comp = _compressors()
+            self.compressor = comp.COMPRESSORS[o["compress"]]()
+            self.compress_state = None
+        progress = o["progress"]
+        self.show_progress = self.rank == 0 and (sys.stderr.isatty() if progress is None else progress)
+
+    # ---- global quantities ---------------------------------------------------------------
+
+    def allreduce(self, buf, comm=None):
+        """Sum ``buf`` over the ranks in place, timed as communication."""
+        with self.clock("comm"):
+            (comm or self.comm).Allreduce(MPI.IN_PLACE, buf, algorithm=self.o["allreduce"])
+        return buf
+
+    def sum_gradient(self, g):
+        """Sum a gradient over ranks, through the compressor when one is chosen."""
+        if self.compressor is None:
+            return self.allreduce(g)
+        with self.clock("comm"):
+            out, self.compress_state = _compressors().allreduce(self.comm, g, self.compressor, self.compress_state)
+        return out
+
+    def objective(self, w, comm=None, count=None):
+        """Global (F, G) at ``w``: mean loss over every training row plus the penalty."""
+        with self.clock("compute"):
+            loss, g = self.model.loss_grad(w, self.train.X, self.train.y)
+        buf = self.allreduce(np.concatenate(([loss], g)), comm)
+        n = self.n if count is None else count
+        pen, pg = self.model.penalty(w, self.o["lam"])
+        return buf[0] / n + pen, buf[1:] / n + pg
+
+    def hessian(self, w):
+        """Global Hessian of the objective at ``w``."""
+        with self.clock("compute"):
+            H = self.model.hessian(w, self.train.X, self.train.y)
+        self.allreduce(H)
+        H /= self.n
+        H[np.diag_indices_from(H)] += self.o["lam"] * self.model.penalised
+        return H
+
+    def local_gradient(self, w, index):
+        """Summed loss gradient over local rows ``index`` (no communication)."""
+        with self.clock("compute"):
+            return self.model.loss_grad(w, self.train.X[index], self.train.y[index])[1]
+
+    def add_penalty(self, w, g):
+        """g + gradient of the penalty at ``w``."""
+        return g + self.model.penalty(w, self.o["lam"])[1]
+
+    def global_batches(self, epoch, n_total, rows):
+        """[(local index array, global batch size)] for each step of ``epoch``.
+
+        The epoch's order is a seeded permutation of all ``n_total`` row numbers; a step's
+        batch is the next ``batch`` of them, of which each rank computes the rows it holds.
+        """
+        B = self.o["batch"]
+        perm = np.random.default_rng([self.o["seed"], epoch]).permutation(n_total)
+        where = np.empty(n_total, np.int64)
+        where[perm] = np.arange(n_total)
+        pos = where[rows]
+        order = np.argsort(pos, kind="stable")
+        steps = -(-n_total // B)
+        cuts = np.searchsorted(pos[order], np.arange(steps + 1) * B)
+        return [(order[cuts[s]:cuts[s + 1]], min(B, n_total - s * B)) for s in range(steps)]
+
+    def local_batches(self, epoch, steps):
+        """``steps`` batches of this rank's own rows, cycling through a seeded permutation."""
+        n = len(self.train)
+        b = max(1, self.o["batch"] // self.size)
+        if n == 0:
+            return [(np.zeros(0, np.int64), 1)] * steps
+        perm = np.random.default_rng([self.o["seed"], epoch, self.rank]).permutation(n)
+        return [(perm[(s * b + np.arange(b)) % n], b) for s in range(steps)]
+
+    def new_optimizer(self, size=None):
+        """A fresh optimizer of the chosen kind for ``size`` parameters (default: the model's)."""
+        o, size = self.o, self.model.size if size is None else size
+        name = o["optimizer"]
+        if name == "sgd":
+            return optim.SGD(size, o["lr"], o["momentum"], o["schedule"])
+        if name == "adam":
+            return optim.Adam(size, o["lr"], decay=o["adam_decay"])
+        if name == "lbfgs":
+            return optim.LBFGS(size, o["history"])
+        return optim.Newton(size)
+
+    # ---- evaluation and reporting ----------------------------------------------------------
+
+    def evaluate(self, w, comm=None):
+        """Global (objective, train metric, test metric) at ``w``; accuracy or RMSE."""
+        comm = comm or self.comm
+        with self.clock("eval"):
+            buf = np.zeros(5)
+            loss, _ = self.model.loss_grad(w, self.train.X, self.train.y)
+            buf[0] = loss
+            for i, part in ((1, self.train), (3, self.test)):
+                if part is None or not len(part):
+                    continue
+                pred = self.model.predict(w, part.X)
+                buf[i] = (pred == part.y).sum() if self.is_classifier else ((pred - part.y) ** 2).sum()
+                buf[i + 1] = len(part)
+            comm.Allreduce(MPI.IN_PLACE, buf)
+            F = buf[0] / max(buf[2], 1) + self.model.penalty(w, self.o["lam"])[0]
+            metric = [buf[i] / buf[i + 1] if buf[i + 1] else float("nan") for i in (1, 3)]
+            if not self.is_classifier:
+                metric = [float(np.sqrt(m)) for m in metric]
+        return F, metric[0], metric[1]
+
+    def report(self, epoch, w, comm=None, force=False):
+        """Evaluate at the end of ``epoch`` and print a table row on rank 0."""
+        if not force and (epoch + 1) % self.o["log_every"] and epoch + 1 != self.o["epochs"]:
+            return
+        F, train_m, test_m = self.evaluate(w, comm)
+        row = dict(epoch=epoch + 1, step=self.t, objective=F, train=train_m, test=test_m,
+                   compute=self.clock.total["compute"], comm=self.clock.total["comm"],
+                   elapsed=time.perf_counter() - self.start)
+        self.history.append(row)
+        if self.rank == 0:
+            if len(self.history) == 1:
+                metric = "acc" if self.is_classifier else "rmse"
+                self._print(f"{'epoch':>6} {'step':>7} {'objective':>18} {'train ' + metric:>10} "
+                            f"{'test ' + metric:>10} {'compute s':>10} {'comm s':>8}")
+            self._print(f"{row['epoch']:>6} {row['step']:>7} {F:>18.12f} {train_m:>10.4f} {test_m:>10.4f} "
+                        f"{row['compute']:>10.3f} {row['comm']:>8.3f}")
+
+    def _print(self, line):
+        if self.show_progress:
+            sys.stderr.write("\r\033[K")
+        print(line, flush=True)
+
+    def progress(self, epoch, step, steps):
+        """Redraw rank 0's progress bar."""
+        if self.show_progress:
+            width = 30
+            done = int(width * (step + 1) / max(steps, 1))
+            sys.stderr.write(f"\repoch {epoch + 1}/{self.o['epochs']} [{'#' * done}{'.' * (width - done)}] "
+                             f"{step + 1}/{steps}")
+            sys.stderr.flush()
+
+    # ---- checkpoints -----------------------------------------------------------------------
+
+    def save(self, path, epoch, step, w, opt):
+        """Write every rank's state to ``path`` (rank 0 writes; atomic rename)."""
+        state = dict(w=w, epoch=epoch, step=step, t=self.t, **{f"opt.{k}": v for k, v in opt.state().items()})
+        states = self.comm.comm.gather(state, root=0)
+        if self.rank == 0:
+            flat = {"nranks": self.size, "history": json.dumps(self.history)}
+            for r, st in enumerate(states):
+                flat.update({f"{r}/{k}": v for k, v in st.items()})
+            tmp = f"{path}.tmp.npz"
+            np.savez(tmp, **flat)
+            os.replace(tmp, path)
+        self.comm.comm.Barrier()
+
+    def load(self, path, opt):
+        """(w, epoch, step) restored from ``path`` into ``opt``; same number of ranks required."""
+        with np.load(path) as f:
+            if int(f["nranks"]) != self.size:
+                raise ValueError(f"{path} was written by {int(f['nranks'])} ranks, resuming with {self.size}")
+            mine = {k.split("/", 1)[1]: f[k] for k in f.files if k.startswith(f"{self.rank}/")}
+            self.history = json.loads(str(f["history"]))
+        opt.load({k[4:]: v for k, v in mine.items() if k.startswith("opt.")})
+        self.t = int(mine["t"])
+        return mine["w"].copy(), int(mine["epoch"]), int(mine["step"])
+
+    # ---- the loop --------------------------------------------------------------------------
+
+    def fit(self):
+        """Train; returns the final parameter vector (identical on every rank)."""
+        o = self.o
+        self.start = time.perf_counter()
+        self.n = self.comm.comm.allreduce(len(self.train))
+        if o["sync"] == "ps":
+            from .ps import ParameterServer
+            self.w = ParameterServer(self).run()
+        else:
+            self.w = self._run()
+        self.elapsed = time.perf_counter() - self.start
+        self.final = self.evaluate(self.w)
+        return self.w
+
+    def _run(self):
+        o = self.o
+        w = self.model.init(np.random.default_rng(o["seed"]))
+        opt = self.new_optimizer()
+        epoch0 = step0 = 0
+        if o["resume"] and o["checkpoint"] and os.path.exists(o["checkpoint"]):
+            w, epoch0, step0 = self.load(o["checkpoint"], opt)
+        mode = self._batch if o["optimizer"] in optim.BATCH else getattr(self, "_" + o["sync"])
+        return mode(w, opt, epoch0, step0)
+
+    def _loop(self, w, opt, epoch0, step0, plan, step, model_of):
+        """Run epochs: ``plan(epoch)`` gives the steps, ``step(epoch, s, item)`` runs one.
+
+        A step returning True ends training (converged); ``model_of(w)`` is the model to
+        evaluate and return (an average, for the local models).
+        """
+        o = self.o
+        for epoch in range(epoch0, o["epochs"]):
+            items = plan(epoch)
+            for s in range(step0 if epoch == epoch0 else 0, len(items)):
+                converged = step(epoch, s, items[s])
+                self.t += 1
+                self.progress(epoch, s, len(items))
+                last = s + 1 == len(items)
+                stop = converged or (o["max_steps"] is not None and self.t >= o["max_steps"])
+                if o["checkpoint"] and ((o["checkpoint_every"] and self.t % o["checkpoint_every"] == 0) or stop):
+                    self.save(o["checkpoint"], epoch + last, 0 if last else s + 1, w, opt)
+                if stop:
+                    self.report(epoch, model_of(w), force=True)
+                    return model_of(w)
+            self.report(epoch, model_of(w))
+        return model_of(w)
+
+    def _sync(self, w, opt, epoch0, step0):
+        def step(epoch, s, item):
+            index, count = item
+            g = self.sum_gradient(self.local_gradient(w, index))
+            opt.step(w, self.add_penalty(w, g / count))
+        return self._loop(w, opt, epoch0, step0,
+                          lambda e: self.global_batches(e, self.n, self.train.rows), step, lambda v: v)
+
+    def _ddp(self, w, opt, epoch0, step0):
+        cap = max(1, int(self.o["bucket_kb"] * 1024 / 8))
+        spans = []
+
+        def step(epoch, s, item):
+            index, count = item
+            X, y = self.train.X[index], self.train.y[index]
+            g = np.empty_like(w)
+            pending, bucket, started = [], [], None
+            t = time.perf_counter()
+            parts = self.model.backward(w, X, y)
+            next(parts)
+
+            def launch():
+                buf = np.concatenate([part for _, part in bucket])
+                names = [name for name, _ in bucket]
+                pending.append((names, buf, self.comm.Iallreduce(MPI.IN_PLACE, buf, algorithm=self.o["allreduce"])))
+                bucket.clear()
+
+            for name, part in parts:
+                if bucket and sum(p.size for _, p in bucket) + part.size > cap:
+                    started = started or time.perf_counter()
+                    launch()
+                bucket.append((name, part))
+            if bucket:
+                started = started or time.perf_counter()
+                launch()
+            t_wait = time.perf_counter()
+            self.clock.total["compute"] += t_wait - t
+            for names, buf, req in pending:
+                req.wait()
+                at = 0
+                for name in names:
+                    sl = self.model.slices[name][0]
+                    g[sl] = buf[at:at + sl.stop - sl.start]
+                    at += sl.stop - sl.start
+            end = time.perf_counter()
+            self.clock.total["comm"] += end - t_wait
+            self.clock.total["hidden"] += t_wait - started
+            spans.append((end - started, end - t_wait))
+            opt.step(w, self.add_penalty(w, g / count))
+            total = sum(a for a, _ in spans)
+            self.overlap = 1 - sum(b for _, b in spans) / total if total > 0 else 0.0
+
+        return self._loop(w, opt, epoch0, step0,
+                          lambda e: self.global_batches(e, self.n, self.train.rows), step, lambda v: v)
+
+    def _local_steps(self):
+        b = max(1, self.o["batch"] // self.size)
+        return self.comm.comm.allreduce(-(-len(self.train) // b), op=MPI.MAX)
+
+    def average(self, w):
+        """Mean of ``w`` over the ranks (a new array)."""
+        return self.allreduce(w.copy()) / self.size
+
+    def _local(self, w, opt, epoch0, step0):
+        steps = self._local_steps()
+
+        def step(epoch, s, item):
+            index, count = item
+            opt.step(w, self.add_penalty(w, self.local_gradient(w, index) / count))
+            if (self.t + 1) % self.o["local_steps"] == 0:
+                w[...] = self.average(w)
+        return self._loop(w, opt, epoch0, step0, lambda e: self.local_batches(e, steps), step, self._eval_average)
+
+    def _eval_average(self, w):
+        with self.clock("eval"):
+            out = w.copy()
+            self.comm.Allreduce(MPI.IN_PLACE, out)
+        return out / self.size
+
+    def _gossip(self, w, opt, epoch0, step0):
+        steps = self._local_steps()
+        p, r = self.size, self.rank
+        peers = sorted({(r - 1) % p, (r + 1) % p} - {r})
+        inbox = [np.empty_like(w) for _ in peers]
+        raw = self.comm._coll
+
+        def step(epoch, s, item):
+            index, count = item
+            opt.step(w, self.add_penalty(w, self.local_gradient(w, index) / count))
+            with self.clock("comm"):
+                reqs = [raw.Irecv(buf, source=q, tag=GOSSIP_TAG) for buf, q in zip(inbox, peers)]
+                reqs += [raw.Isend(w, dest=q, tag=GOSSIP_TAG) for q in peers]
+                MPI.Request.Waitall(reqs)
+            with self.clock("compute"):
+                w[...] = (w + sum(inbox)) / (len(peers) + 1)
+        return self._loop(w, opt, epoch0, step0, lambda e: self.local_batches(e, steps), step, self._eval_average)
+
+    def _fedavg(self, w, opt, epoch0, step0):
+        o = self.o
+        p = self.size
+        chosen_count = max(1, int(round(o["client_fraction"] * p)))
+        b = max(1, o["batch"] // p)
+        local_steps = o["local_epochs"] * -(-len(self.train) // b)
+
+        def step(epoch, s, item):
+            chosen = np.random.default_rng([o["seed"], epoch, 1]).choice(p, chosen_count, replace=False)
+            buf = np.zeros(w.size + 1)
+            if self.rank in chosen and len(self.train):
+                local = w.copy()
+                client = self.new_optimizer()
+                for index, count in self.local_batches(epoch, local_steps):
+                    client.step(local, self.add_penalty(local, self.local_gradient(local, index) / count))
+                buf[:-1] = len(self.train) * local
+                buf[-1] = len(self.train)
+            self.allreduce(buf)
+            w[...] = buf[:-1] / buf[-1]
+        return self._loop(w, opt, epoch0, step0, lambda e: [None], step, lambda v: v)
+
+    def _batch(self, w, opt, epoch0, step0):
+        o = self.o
+        F, G = self.objective(w)
+        extra = (self.hessian,) if o["optimizer"] == "newton" else ()
+
+        def step(epoch, s, item):
+            nonlocal F, G
+            wn, F, G = opt.iterate(w, F, G, self.objective, *extra)
+            moved = not np.array_equal(wn, w)
+            w[...] = wn
+            return not moved or np.abs(G).max() < o["tol"]
+        return self._loop(w, opt, epoch0, step0, lambda e: [None], step, lambda v: v)
+
+    # ---- results ---------------------------------------------------------------------------
+
+    def metrics(self):
+        """Everything worth keeping about the run, as a JSON-ready dict."""
+        F, train_m, test_m = self.final
+        return dict(options={k: v for k, v in self.o.items() if k != "progress"}, nranks=self.size,
+                    objective=F, train_metric=train_m, test_metric=test_m, steps=self.t,
+                    seconds=self.elapsed, time=self.clock.total, overlap=self.overlap,
+                    history=self.history)
+
+
+GOSSIP_TAG = 7001
