@@ -300,6 +300,15 @@ class Comm:
         p, r = self.size, self.rank
         if vector and counts is None:
             raise ValueError(f"{name}: recvbuf must give counts, e.g. [buf, (counts, displs), MPI.DOUBLE]")
+        if not vector and counts is not None:
+            # Allgather's [buf, count, datatype] counts one rank's block, as in mpi4py.
+            if len(counts) != 1 or displs != (0,):
+                raise ValueError(f"{name}: recvbuf may give one count, that of each rank's block; "
+                                 "use Allgatherv for per-rank counts and displacements")
+            if counts[0] * p > recv.size:
+                raise ValueError(f"{name}: recvbuf has {recv.size} elements, too few for "
+                                 f"{p} x {counts[0]}")
+            recv, counts, displs = recv[:counts[0] * p], counts * p, None
         if counts is not None and len(counts) != p:
             raise ValueError(f"{name}: {len(counts)} counts for a communicator of size {p}")
         send = None
@@ -354,6 +363,10 @@ class Comm:
         """Allgather with per-rank counts: ``recvbuf`` is [buf, (counts, displs), datatype]."""
         self._run(self._allgather_job(sendbuf, recvbuf, algorithm, vector=True))
 
+    def Iallgatherv(self, sendbuf, recvbuf, algorithm=None):
+        """Nonblocking Allgatherv; returns a Request."""
+        return self._start(self._allgather_job(sendbuf, recvbuf, algorithm, vector=True))
+
     # ---- reduce-scatter ------------------------------------------------------------------
 
     def _reduce_scatter_job(self, sendbuf, recvbuf, counts, op, algorithm, name):
@@ -368,8 +381,12 @@ class Comm:
                     raise ValueError(f"{name}: {send.size} elements do not split evenly over {p} ranks")
                 counts = (send.size // p,) * p
             else:
-                counts = tuple(int(c) for c in self._coll.allgather(n_recv))
-        counts = tuple(int(c) for c in counts)
+                # A collective on the private communicator: it must queue behind any pending
+                # nonblocking collective rather than run beside it on another thread.
+                gathered = []
+                self._run(lambda: gathered.extend(self._coll.allgather(n_recv)))
+                counts = gathered
+        counts = tuple(int(c) for c in np.atleast_1d(counts))
         if len(counts) != p or any(c < 0 for c in counts):
             raise ValueError(f"{name}: recvcounts must be {p} non-negative counts, got {counts}")
         total = sum(counts)
@@ -404,6 +421,16 @@ class Comm:
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op``; rank i receives ``recvcounts[i]`` elements."""
         self._run(self._reduce_scatter_job(sendbuf, recvbuf, recvcounts, op, algorithm, "Reduce_scatter"))
+
+    def Ireduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
+        """Nonblocking Reduce_scatter_block; returns a Request."""
+        return self._start(self._reduce_scatter_job(sendbuf, recvbuf, None, op, algorithm,
+                                                    "Reduce_scatter_block"))
+
+    def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM, algorithm=None):
+        """Nonblocking Reduce_scatter; returns a Request."""
+        return self._start(self._reduce_scatter_job(sendbuf, recvbuf, recvcounts, op, algorithm,
+                                                    "Reduce_scatter"))
 
     # ---- gather and scatter ---------------------------------------------------------------
 

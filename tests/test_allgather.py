@@ -1,0 +1,149 @@
+"""Every all-gather algorithm x dtype x awkward size, uneven and in place, against native MPI."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+from mpi4py.util import dtlib
+
+import collectives
+from util import LARGE, assert_identical_across_ranks, make_data, sizes
+
+ALGORITHMS = collectives.names("allgather")
+DTYPES = [np.dtype(t) for t in (np.bool_, np.int8, np.uint16, np.int64, np.float16,
+                                np.float32, np.float64, np.complex128)]
+
+
+def _native(mpi_comm, send, recv):
+    """Native Allgather on byte views, so it handles every dtype."""
+    mpi_comm.Allgather(send.view(np.uint8), recv.view(np.uint8))
+
+
+def _uneven(p):
+    """Per-rank counts with zeros and a large spread, and displacements in reverse rank order with gaps."""
+    counts = [(3 * i + 2) % 5 for i in range(p)]
+    displs, at = [0] * p, 1
+    for i in reversed(range(p)):
+        displs[i] = at
+        at += counts[i] + 2
+    return counts, displs, at
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_allgather(comm, mpi_comm, algorithm, dtype):
+    p, r = comm.size, comm.rank
+    for n in sizes(p):
+        if n == LARGE and dtype.itemsize != 8:
+            continue
+        n = n // p if n == LARGE else n
+        what = f"{algorithm} {dtype} n={n} p={p}"
+        send = make_data(dtype, "sum", n, r)
+        got = np.zeros(p * n, dtype)
+        comm.Allgather(send, got, algorithm=algorithm)
+        want = np.zeros_like(got)
+        _native(mpi_comm, send, want)
+        assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), what
+        assert_identical_across_ranks(mpi_comm, got, what)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_allgather_in_place(comm, mpi_comm, algorithm):
+    p, r = comm.size, comm.rank
+    for n in (0, 1, p + 1, 1000):
+        mine = make_data(np.float64, "sum", n, r)
+        buf = np.full(p * n, -1.0)
+        buf[r * n:(r + 1) * n] = mine
+        comm.Allgather(MPI.IN_PLACE, [buf, MPI.DOUBLE], algorithm=algorithm)
+        want = np.empty_like(buf)
+        _native(mpi_comm, mine, want)
+        assert np.array_equal(buf, want), f"{algorithm} in place n={n}"
+
+
+def test_allgather_count_spec(comm, mpi_comm):
+    """[buf, count, datatype] gives one rank's count, as in mpi4py; the rest of buf is left alone."""
+    p, r = comm.size, comm.rank
+    send = make_data(np.float64, "sum", 3, r)
+    got = np.full(3 * p + 2, -1.0)
+    comm.Allgather(send, [got, 3, MPI.DOUBLE])
+    want = np.full_like(got, -1.0)
+    mpi_comm.Allgather(send, [want, 3, MPI.DOUBLE])
+    assert np.array_equal(got, want)
+    with pytest.raises(ValueError, match="too few|buffer"):
+        comm.Allgather(np.zeros(6), [got, 6, MPI.DOUBLE])
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_iallgather(comm, mpi_comm, algorithm):
+    p, r = comm.size, comm.rank
+    send = make_data(np.int32, "sum", 101, r)
+    got = np.zeros(p * 101, np.int32)
+    req = comm.Iallgather(send, got, algorithm=algorithm)
+    counts, displs, total = _uneven(p)
+    sendv = make_data(np.int32, "sum", counts[r], r)
+    gotv = np.zeros(total, np.int32)
+    reqv = comm.Iallgatherv(sendv, [gotv, (counts, displs), MPI.INT], algorithm=algorithm)
+    want = np.empty_like(got)
+    _native(mpi_comm, send, want)
+    wantv = np.zeros_like(gotv)
+    mpi_comm.Allgatherv(sendv, [wantv, (counts, displs), MPI.INT])
+    req.wait()
+    reqv.wait()
+    assert np.array_equal(got, want)
+    assert np.array_equal(gotv, wantv)
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.int8), np.dtype(np.float64), np.dtype(np.complex64)], ids=str)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_allgatherv(comm, mpi_comm, algorithm, dtype):
+    p, r = comm.size, comm.rank
+    counts, displs, total = _uneven(p)
+    mpi_type = dtlib.from_numpy_dtype(dtype)
+    send = make_data(dtype, "sum", counts[r], r)
+    for packed in (False, True):
+        d = list(np.cumsum([0] + counts[:-1])) if packed else displs
+        size = sum(counts) if packed else total
+        what = f"{algorithm} {dtype} packed={packed} counts={counts} p={p}"
+        got = np.zeros(size, dtype)
+        comm.Allgatherv(send, [got, (counts, d), mpi_type], algorithm=algorithm)
+        want = np.zeros(size, dtype)
+        mpi_comm.Allgatherv(send, [want, (counts, d), mpi_type])
+        assert np.array_equal(got, want), what
+        assert_identical_across_ranks(mpi_comm, got, what)
+        # In place: each rank's block is already at its displacement in recvbuf.
+        inplace = np.zeros(size, dtype)
+        inplace[d[r]:d[r] + counts[r]] = send
+        comm.Allgatherv(MPI.IN_PLACE, [inplace, (counts, d), mpi_type], algorithm=algorithm)
+        assert np.array_equal(inplace, want), what + " in place"
+
+
+def test_allgatherv_all_empty_but_one(comm, mpi_comm):
+    p, r = comm.size, comm.rank
+    counts = [0] * p
+    counts[p - 1] = 7
+    send = np.arange(counts[r], dtype=np.float32) + r
+    got = np.zeros(7, np.float32)
+    comm.Allgatherv(send, [got, counts])
+    assert np.array_equal(got, np.arange(7, dtype=np.float32) + p - 1)
+
+
+def test_allgather_errors(comm):
+    p = comm.size
+    with pytest.raises(TypeError, match="dtype"):
+        comm.Allgather(np.zeros(2, np.float32), np.zeros(2 * p, np.float64))
+    with pytest.raises(ValueError, match="recvbuf has"):
+        comm.Allgather(np.zeros(2), np.zeros(2 * p + 1))
+    with pytest.raises(ValueError, match="counts"):
+        comm.Allgatherv(np.zeros(1), [np.zeros(4 * p), ([1] * (p + 1), None), MPI.DOUBLE])
+    with pytest.raises(ValueError, match="counts"):
+        comm.Allgatherv(np.zeros(1), np.zeros(p))
+    with pytest.raises(ValueError, match="sendbuf has"):
+        comm.Allgatherv(np.zeros(2), [np.zeros(p), [1] * p])
+    with pytest.raises(ValueError, match="unknown allgather algorithm"):
+        comm.Allgather(np.zeros(1), np.zeros(p), algorithm="bogus")
+
+
+def test_allgather_mismatch_raises_everywhere(comm):
+    p, r = comm.size, comm.rank
+    if p == 1:
+        pytest.skip("needs two ranks")
+    with pytest.raises(ValueError, match="differ across ranks"):
+        comm.Allgather(np.zeros(1 + (r == 0)), np.zeros(p * (1 + (r == 0))))
