@@ -13,7 +13,7 @@ NATIVE = kernels.native
 IMPLS = [kernels.numpy] + ([NATIVE] if NATIVE is not None else [])
 FLOATS = [np.float32, np.float64]
 BUCKET = 64
-LENGTHS = [0, 1, 7, BUCKET - 1, BUCKET, BUCKET + 1, 1001, 100_003]
+LENGTHS = [0, 1, 7, BUCKET - 1, BUCKET, BUCKET + 1, 1001, 20_011]
 
 
 def data(n, dtype, seed=0):
@@ -235,7 +235,7 @@ def test_topk(dtype, n, frac):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("n", [1, 1001, 100_003])
+@pytest.mark.parametrize("n", [1, 1001, 20_011])
 def test_approx_topk(dtype, n):
     x = data(n, dtype)
     k = max(1, n // 100)
