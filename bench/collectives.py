@@ -79,7 +79,7 @@ class Case:
     def __init__(self, collective, count, comm):
         p, r = comm.size, comm.rank
         method = SPEC[collective][0]
-        idx = np.arange(count, dtype=np.int64)
+        idx = np.arange(count, dtype=np.int32)
         base = (idx * 7 + (idx >> 12) * 3) % PERIOD
         part = count // p
         n_in = part if collective == "allgather" else count
@@ -149,24 +149,31 @@ def measure(comm, calls, budget, min_reps, max_reps, sample_s):
             call()
             times.append(MPI.Wtime() - t0)
         est[j] = min(times)
-    # Every rank must make the same number of calls: agree on the estimates first.
+    # Every rank must make the same number of calls: agree on the estimates first, and let
+    # rank 0's clock alone decide when the budget is spent.
     comm.Allreduce(MPI.IN_PLACE, est, op=MPI.MAX)
     batch = np.clip(np.ceil(sample_s / np.maximum(est, 1e-7)), 1, 10000).astype(int)
-    reps = int(np.clip(budget / float(np.sum(batch * est)), min_reps, max_reps))
-    samples = np.empty((reps, len(calls)))
-    for i in range(reps):
-        for j in np.roll(np.arange(len(calls)), -i):
+    samples = np.empty((max_reps, len(calls)))
+    stop = np.zeros(1, np.int32)
+    start = MPI.Wtime()
+    reps = 0
+    while reps < max_reps and not stop[0]:
+        for j in np.roll(np.arange(len(calls)), -reps):
             call, k = calls[j], batch[j]
             comm.Barrier()
             t0 = MPI.Wtime()
             for _ in range(k):
                 call()
-            samples[i, j] = (MPI.Wtime() - t0) / k
+            samples[reps, j] = (MPI.Wtime() - t0) / k
+        reps += 1
+        stop[0] = reps >= min_reps and MPI.Wtime() - start >= budget
+        comm.Bcast(stop, root=0)
+    samples = samples[:reps]
     comm.Allreduce(MPI.IN_PLACE, samples, op=MPI.MAX)
     return samples, batch
 
 
-def sweep(comm, collective, size_list, budget=2.0, min_reps=5, max_reps=200, sample_s=200e-6,
+def sweep(comm, collective, size_list, budget=2.0, min_reps=3, max_reps=200, sample_s=200e-6,
           emit=None):
     """Benchmark ``collective`` at ``size_list`` bytes on ``comm``; the result record.
 
@@ -230,8 +237,9 @@ def header(comm, collective):
         f"# collectives benchmark: {collective}, float32, np={p} on {cores} cores, {env['date_utc']}",
         f"# {env['mpi_library']}; mpi4py {env['mpi4py']}, thread level "
         f"{THREAD_LEVELS.get(MPI.Query_thread(), '?')}; numpy {env['numpy']}",
-        f"# ours: collectives.Comm(comm, check=False), {'Cython engine' if NATIVE else 'NumPy/mpi4py fallback executor'};"
-        " the cross-rank argument check (one more small native all-reduce per call) is off",
+        f"# ours: collectives.Comm(comm, check=False), {'Cython engine' if NATIVE else 'NumPy/mpi4py fallback executor'}:"
+        " the cross-rank argument check,",
+        "#   one more small native all-reduce per call, is off",
         f"# {NATIVE_LABEL}: mpi4py comm.{method} on the plain COMM_WORLD, malloc: "
         + ("MALLOC_MMAP_THRESHOLD_=%s MALLOC_TRIM_THRESHOLD_=%s (no fresh mappings per call)"
            % (os.environ.get("MALLOC_MMAP_THRESHOLD_"), os.environ.get("MALLOC_TRIM_THRESHOLD_"))
@@ -241,8 +249,8 @@ def header(comm, collective):
         "#   device collectives included, while the ranks fit on the cores, and sets none when oversubscribed,",
         "#   as make test does: MPICH's shared-memory collectives spin on flags and collapse when ranks share",
         "#   a core (below MPI_THREAD_MULTIPLE; at multiple we measured no difference).  Ours is point-to-point.",
-        "# time: a sample is `batch` calls back to back after a Barrier, divided by batch, slowest "
-        "rank; avg/min/median over `reps` samples; contenders interleaved per repetition, order rotated",
+        "# time: a sample is `batch` calls back to back after a Barrier, divided by batch, slowest rank;",
+        "#   avg/min/median over `reps` samples; contenders interleaved per repetition, order rotated",
         "# native/ours = native median / ours median: > 1.00 means ours is faster",
         f"# algbw = size / median time; busbw = algbw x {factor.get(collective, '1')} (nccl-tests)",
         "# #wrong: elements differing from the exact result, over all ranks (native checked too)",
@@ -304,7 +312,7 @@ def main(argv=None):
     parser.add_argument("--max-bytes", type=_bytes, default=64 << 20)
     parser.add_argument("--factor", type=int, default=4, help="ratio of consecutive sizes")
     parser.add_argument("--budget", type=float, default=2.0,
-                        help="seconds of timed repetitions per size (at least 5 are made)")
+                        help="seconds of timed repetitions per size (at least 3 are made)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 8 B .. 64 KiB, tiny budget")
     parser.add_argument("--osu", action="store_true", help="also print OSU-style blocks per contender")
     parser.add_argument("--no-json", action="store_true", help="do not write bench/results/*.json")
@@ -325,7 +333,7 @@ def main(argv=None):
         if emit:
             emit("\n".join(header(comm, collective)))
         result = sweep(comm, collective, sizes(args.min_bytes, args.max_bytes, args.factor),
-                       budget=args.budget, min_reps=2 if args.quick else 5,
+                       budget=args.budget, min_reps=2 if args.quick else 3,
                        max_reps=20 if args.quick else 200, sample_s=50e-6 if args.quick else 200e-6,
                        emit=emit)
         if comm.rank:
