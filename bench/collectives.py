@@ -28,8 +28,12 @@ import importlib.util
 import json
 import math
 import os
+import sys
 
-if __name__ == "collectives":
+if __name__ == "__main__" and not __package__:
+    # Run as a script, bench/ heads sys.path and this file would shadow the package.
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+elif __name__ == "collectives":
     raise ImportError("bench/collectives.py is shadowing the collectives package: "
                       "run benchmarks as modules from the repository root (python -m bench.<name>)")
 

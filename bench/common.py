@@ -75,7 +75,7 @@ def environment():
         "python": sys.version.split()[0],
         "numpy": np.__version__,
         "mpi4py": mpi4py.__version__,
-        "mpi_library": MPI.Get_library_version().splitlines()[0].strip(),
+        "mpi_library": " ".join(MPI.Get_library_version().split("\n")[0].split()),
         "env": {k: os.environ.get(k) for k in ENV_KEYS},
     }
 
