@@ -26,7 +26,6 @@ import functools
 import glob
 import importlib.util
 import json
-import math
 import os
 import sys
 
