@@ -60,7 +60,7 @@ ALGORITHMS = {
         Algorithm("allreduce_recursive_doubling"),
         Algorithm("allreduce_rabenseifner"),
         Algorithm("allreduce_ring", reads_in=True),
-        Algorithm("allreduce_ring_segmented"),
+        Algorithm("allreduce_ring_segmented", reads_in=True),
     ],
     "bcast": [
         Algorithm("bcast_binomial"),

@@ -7,7 +7,8 @@ wire (reduce_scatter_ring with ``segment``).  Scratch is two segments instead of
 n/p: the combine reads a segment that has just arrived and is still in cache, so the scratch
 traffic never reaches DRAM, and the combine overlaps the transfer.  The all-gather writes
 straight into place and combines nothing, so it keeps whole blocks: cutting them would only
-add message latency.
+add message latency.  Like allreduce_ring it reads the caller's input from IN where each
+block is first touched, so the input is never copied into ACC first.
 
 SEGMENT is an element count, not a byte count: a schedule is built once per element count
 and serves every dtype.  16 Ki elements is 64 KiB of float32 and 128 KiB of float64; two
@@ -19,7 +20,7 @@ so it is for messages of many segments per block.
 Cost: (p-1) (ceil(n / (p m)) + 1) alpha + 2 ((p-1)/p) n beta + ((p-1)/p) n gamma, m = SEGMENT,
 with most of the gamma term overlapped.
 """
-from ..schedule import blocks
+from ..schedule import IN, blocks
 from .allgather_ring import allgather_ring
 from .reduce_scatter_ring import reduce_scatter_ring
 
@@ -27,7 +28,7 @@ SEGMENT = 16 << 10
 
 
 def allreduce_ring_segmented(s, count):
-    """All-reduce ACC in place: ring reduce-scatter in segments, then ring all-gather."""
+    """All-reduce IN into ACC: ring reduce-scatter in segments, then ring all-gather."""
     counts, _ = blocks(count, s.size)
-    reduce_scatter_ring(s, counts, SEGMENT)
+    reduce_scatter_ring(s, counts, SEGMENT, src=IN)
     allgather_ring(s, counts)
