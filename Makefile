@@ -34,7 +34,7 @@ export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: all venv build test test-native test-purepython bench bench-kernels demo clean
+.PHONY: all venv build test test-native test-purepython bench bench-kernels demo bench-train clean
 
 all: build
 
@@ -75,6 +75,17 @@ bench: build
 	  done; \
 	done; \
 	$(PY) -m bench.collectives --summary $(BENCH_ARGS)
+
+demo: build
+	@mkdir -p runs
+	$(MPIEXEC) -n 4 $(PY) -m collectives train --model softmax --optimizer lbfgs --allreduce ring --compress none \
+	  --epochs 200 --metrics runs/demo-metrics.json --save runs/demo-model.npz
+
+TRAIN_NPS ?= 1 2 4
+bench-train: build
+	@for n in $(TRAIN_NPS); do \
+	  timeout $(TEST_TIMEOUT) $(MPIEXEC) -n $$n $(PY) bench/train.py $(BENCH_TRAIN_ARGS) || exit 1; \
+	done
 
 clean:
 	rm -rf build collectives/*.so collectives/_kernels.c collectives/_engine.c

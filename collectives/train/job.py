@@ -6,12 +6,13 @@ import os
 import numpy as np
 
 from .. import Comm
+from ..compression import COMPRESSORS
 from ..registry import names
 from . import data as D
 from .libsvm import read_libsvm
 from .models import CLASSIFIERS, MODELS, make_model
 from .optim import OPTIMIZERS
-from .trainer import DEFAULT_EPOCHS, DEFAULTS, SYNCS, Trainer, _compressors
+from .trainer import DEFAULT_EPOCHS, DEFAULTS, SYNCS, Trainer
 
 
 class Prepared:
@@ -64,8 +65,7 @@ def parser():
     a("--sync", choices=list(SYNCS), default=d["sync"], help="synchronisation model")
     a("--allreduce", choices=["auto", *names("allreduce"), *(n.split("_", 1)[1] for n in names("allreduce"))],
       default=None, help="all-reduce algorithm (default: COLLECTIVES_ALLREDUCE or auto)")
-    comp = _compressors()
-    a("--compress", choices=["none", *([] if comp is None else sorted(comp.COMPRESSORS))], default="none",
+    a("--compress", choices=list(COMPRESSORS), default="none",
       help="gradient compressor for --sync sync")
     a("--epochs", type=int, default=None, help="epochs (L-BFGS/Newton: iterations); default per optimizer")
     a("--batch", type=int, default=d["batch"], help="global minibatch size")

@@ -28,6 +28,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from .. import compression
 from . import optim
 
 DEFAULTS = dict(
@@ -40,14 +41,6 @@ DEFAULTS = dict(
 SYNCS = ("sync", "ddp", "local", "fedavg", "ps", "gossip")
 DEFAULT_EPOCHS = {"lbfgs": 300, "newton": 30, "sgd": 30, "adam": 30}
 DEFAULT_LR = {"sgd": 0.1, "adam": 0.01}
-
-
-def _compressors():
-    try:
-        from .. import compression
-    except ImportError:
-        return None
-    return compression
 
 
 class Clock:
@@ -87,11 +80,8 @@ class Trainer:
             raise ValueError("Newton's method needs a model with a Hessian (not the MLP)")
         if o["compress"] != "none" and (o["optimizer"] in optim.BATCH or o["sync"] != "sync"):
             raise ValueError("--compress applies to stochastic gradients with --sync sync")
-        if o["compress"] != "none":
-            comp = _compressors()
-            if comp is None or o["compress"] not in comp.COMPRESSORS:
-                have = ["none"] + ([] if comp is None else sorted(comp.COMPRESSORS))
-                raise ValueError(f"unknown compressor {o['compress']!r}; one of {', '.join(have)}")
+        if o["compress"] not in compression.COMPRESSORS:
+            raise ValueError(f"unknown compressor {o['compress']!r}; one of {', '.join(compression.COMPRESSORS)}")
         if o["sync"] == "ps" and o["checkpoint"]:
             raise ValueError("checkpoints are not supported with --sync ps (its trajectory is not reproducible)")
         if o["epochs"] is None:
@@ -109,11 +99,9 @@ class Trainer:
         self.history = []
         self.t = 0
         self.overlap = None
-        self.compressor = None
-        if o["compress"] != "none":
-            comp = _compressors()
-            self.compressor = comp.COMPRESSORS[o["compress"]]()
-            self.compress_state = None
+        # "none" is the plain all-reduce (no compression pass at all)
+        self.compressor = None if o["compress"] == "none" else compression.COMPRESSORS[o["compress"]]()
+        self.compress_state = None
         progress = o["progress"]
         self.show_progress = self.rank == 0 and (sys.stderr.isatty() if progress is None else progress)
 
@@ -130,7 +118,7 @@ class Trainer:
         if self.compressor is None:
             return self.allreduce(g)
         with self.clock("comm"):
-            out, self.compress_state = _compressors().allreduce(self.comm, g, self.compressor, self.compress_state)
+            out, self.compress_state = compression.allreduce(self.comm, g, self.compressor, self.compress_state)
         return out
 
     def objective(self, w, comm=None, count=None):
@@ -227,6 +215,7 @@ class Trainer:
         row = dict(epoch=epoch + 1, step=self.t, objective=F, train=train_m, test=test_m,
                    compute=self.clock.total["compute"], comm=self.clock.total["comm"],
                    elapsed=time.perf_counter() - self.start)
+        row["training"] = row["elapsed"] - self.clock.total["eval"]  # wall time less evaluations
         self.history.append(row)
         if self.rank == 0:
             if len(self.history) == 1:
@@ -317,10 +306,11 @@ class Trainer:
                 self.progress(epoch, s, len(items))
                 last = s + 1 == len(items)
                 stop = converged or (o["max_steps"] is not None and self.t >= o["max_steps"])
+                if stop:
+                    self.report(epoch, model_of(w), force=True)
                 if o["checkpoint"] and ((o["checkpoint_every"] and self.t % o["checkpoint_every"] == 0) or stop):
                     self.save(o["checkpoint"], epoch + last, 0 if last else s + 1, w, opt)
                 if stop:
-                    self.report(epoch, model_of(w), force=True)
                     return model_of(w)
             self.report(epoch, model_of(w))
         return model_of(w)
@@ -430,7 +420,7 @@ class Trainer:
         local_steps = o["local_epochs"] * -(-len(self.train) // b)
 
         def step(epoch, s, item):
-            chosen = np.random.default_rng([o["seed"], epoch, 1]).choice(p, chosen_count, replace=False)
+            chosen = np.random.default_rng([o["seed"], epoch]).permutation(p)[:chosen_count]
             buf = np.zeros(w.size + 1)
             if self.rank in chosen and len(self.train):
                 local = w.copy()
