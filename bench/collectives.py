@@ -29,12 +29,16 @@ import json
 import os
 import sys
 
-if __name__ == "__main__" and not __package__:
-    # Run as a script, bench/ heads sys.path and this file would shadow the package.
-    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-elif __name__ == "collectives":
-    raise ImportError("bench/collectives.py is shadowing the collectives package: "
-                      "run benchmarks as modules from the repository root (python -m bench.<name>)")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if __name__ == "collectives" or (__name__ == "__main__" and not __package__):
+    # Run as a script (this one, or python bench/train.py importing collectives), bench/ heads
+    # sys.path and this file shadows the package: put the repository root in its place, and
+    # hand an importer of "collectives" the package instead of this file.
+    sys.path[:] = [os.path.dirname(_HERE) if os.path.abspath(p or os.curdir) == _HERE else p
+                   for p in sys.path]
+    if __name__ == "collectives":
+        del sys.modules[__name__]
+        sys.modules[__name__] = importlib.import_module("collectives")
 
 import numpy as np
 from mpi4py import MPI

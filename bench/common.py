@@ -1,9 +1,9 @@
 """Small pieces every benchmark here shares: sizes, statistics, tables, the run's environment.
 
 Nothing in this module talks to MPI; a benchmark measures, then hands its samples here.
-Run the benchmarks as modules from the repository root (``python -m bench.collectives``):
-run as a script, ``bench/`` would come first on ``sys.path`` and ``bench/collectives.py``
-would shadow the ``collectives`` package.
+Benchmarks run as modules (``python -m bench.collectives``) or as scripts; a script in
+``bench/`` has ``bench/`` first on ``sys.path``, where ``bench/collectives.py`` would shadow
+the ``collectives`` package: that file hands such an importer the package instead.
 """
 import datetime
 import json
