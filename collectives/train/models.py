@@ -14,7 +14,16 @@ def _augment(X):
     return np.hstack([dense, np.ones((dense.shape[0], 1))])
 
 
-class Linear:
+class Model:
+    """What every model shares: the L2 penalty over the entries marked in ``penalised``."""
+
+    def penalty(self, w, lam):
+        """(lambda/2)||W||^2 over the weights (not the intercepts) and its gradient."""
+        pw = w * self.penalised
+        return 0.5 * lam * float(pw @ pw), lam * pw
+
+
+class Linear(Model):
     """Common shape of the generalised linear models: W is (n_features + 1) x outputs, last row the intercept."""
 
     outputs = 1
@@ -44,11 +53,6 @@ class Linear:
     def _pack(self, X, R):
         """Gradient sum of the scores' residuals R: [X^T R; sum R], flattened."""
         return np.vstack([np.asarray(X.T @ R), R.sum(0, keepdims=True)]).ravel()
-
-    def penalty(self, w, lam):
-        """(lambda/2)||W||^2 over the weights and its gradient."""
-        pw = w * self.penalised
-        return 0.5 * lam * float(pw @ pw), lam * pw
 
     def backward(self, w, X, y):
         """Summed loss, then the whole gradient as one part (see MLP.backward)."""
@@ -127,7 +131,7 @@ class LeastSquares(Linear):
         return self.scores(w, X)[:, 0]
 
 
-class MLP:
+class MLP(Model):
     """One hidden ReLU layer and a softmax output; parameters W1, b1, W2, b2 in one vector."""
 
     def __init__(self, n_features, n_classes, hidden=64):
@@ -159,11 +163,6 @@ class MLP:
         A = np.asarray(X @ self._view(w, "W1")) + self._view(w, "b1")
         H = np.maximum(A, 0)
         return H, H @ self._view(w, "W2") + self._view(w, "b2")
-
-    def penalty(self, w, lam):
-        """(lambda/2)(||W1||^2 + ||W2||^2) and its gradient."""
-        pw = w * self.penalised
-        return 0.5 * lam * float(pw @ pw), lam * pw
 
     def backward(self, w, X, y):
         """Summed loss, then the gradient sums yielded layer by layer from the output back.

@@ -107,10 +107,10 @@ class Trainer:
 
     # ---- global quantities ---------------------------------------------------------------
 
-    def allreduce(self, buf, comm=None):
+    def allreduce(self, buf):
         """Sum ``buf`` over the ranks in place, timed as communication."""
         with self.clock("comm"):
-            (comm or self.comm).Allreduce(MPI.IN_PLACE, buf, algorithm=self.o["allreduce"])
+            self.comm.Allreduce(MPI.IN_PLACE, buf, algorithm=self.o["allreduce"])
         return buf
 
     def sum_gradient(self, g):
@@ -121,14 +121,13 @@ class Trainer:
             out, self.compress_state = compression.allreduce(self.comm, g, self.compressor, self.compress_state)
         return out
 
-    def objective(self, w, comm=None, count=None):
+    def objective(self, w):
         """Global (F, G) at ``w``: mean loss over every training row plus the penalty."""
         with self.clock("compute"):
             loss, g = self.model.loss_grad(w, self.train.X, self.train.y)
-        buf = self.allreduce(np.concatenate(([loss], g)), comm)
-        n = self.n if count is None else count
+        buf = self.allreduce(np.concatenate(([loss], g)))
         pen, pg = self.model.penalty(w, self.o["lam"])
-        return buf[0] / n + pen, buf[1:] / n + pg
+        return buf[0] / self.n + pen, buf[1:] / self.n + pg
 
     def hessian(self, w):
         """Global Hessian of the objective at ``w``."""
