@@ -108,7 +108,7 @@ def test_size_mismatches_raise_on_the_side_that_sees_them(comm):
     for n_recv in (3, 5):  # shorter and longer than the 4 elements pushed
         receiving = comm.Receive(np.zeros(n_recv))
         sending = comm.Push(np.ones(4), right)
-        with pytest.raises(ValueError, match="larger than the buffer|pushed 32 bytes into a 40-byte"):
+        with pytest.raises(ValueError, match="larger than the buffer|pushed 32 bytes into a (24|40)-byte"):
             receiving.wait()
         sending.wait()
     # Pulls: the server and the puller both raise, neither waits forever.
