@@ -9,6 +9,7 @@ import numpy as np
 from ._payload import check_bucketed, check_fp16, check_sparse, randk_threshold
 
 _U24 = 2.0**-24
+LANES = 32  # interleaved accumulators of the bucket sums (csrc/quantize.c)
 
 
 def _mix32(x):
@@ -49,18 +50,20 @@ def _source(x, residual):
 
 
 def _lanesum(v, bucket, square):
-    """Per-bucket sum of v^2 or |v| in double, in csrc/quantize.c's order (8 lanes, pairwise)."""
+    """Per-bucket sum of v^2 or |v| in double, in csrc/quantize.c's order (LANES lanes, then halves)."""
     n = len(v)
     starts, counts = _buckets(n, bucket)
-    width = -(-bucket // 8) * 8
+    width = -(-bucket // LANES) * LANES
     w = v.astype(np.float64)
     w = w * w if square else np.abs(w)
     g = np.arange(n)
     padded = np.zeros(len(starts) * width)
     padded[(g // bucket) * width + g % bucket] = w
-    lanes = np.cumsum(padded.reshape(len(starts), width // 8, 8), axis=1)[:, -1, :]
-    return ((lanes[:, 0] + lanes[:, 1]) + (lanes[:, 2] + lanes[:, 3])) + \
-           ((lanes[:, 4] + lanes[:, 5]) + (lanes[:, 6] + lanes[:, 7])), counts
+    lanes = np.cumsum(padded.reshape(len(starts), width // LANES, LANES), axis=1)[:, -1, :]
+    while lanes.shape[1] > 1:
+        half = lanes.shape[1] // 2
+        lanes = lanes[:, :half] + lanes[:, half:]
+    return lanes[:, 0], counts
 
 
 def _store(dst, values, accumulate):

@@ -6,15 +6,18 @@
  *   int8:  amax = max |v| over the bucket, inv = 127 / amax (0 when amax is 0 or 127 / amax
  *          overflows), q = rint(v * inv) or floor(v * inv + u), clamped to [-127, 127];
  *          decompress q * (amax / 127).
- *   qsgd:  norm = ||v||_2 over the bucket (squares summed in double over 8 interleaved
- *          lanes, lane j taking elements j, j+8, ..., lanes added pairwise), inv = s / norm,
+ *   qsgd:  norm = ||v||_2 over the bucket (squares summed in double over 32 interleaved
+ *          lanes, lane j taking elements j, j+32, ..., see fold()), inv = s / norm,
  *          q = sign(v) * min(floor(|v| * inv + u), s); decompress q * (norm / s).
  *   sign:  mag = mean |v| over the bucket (same summation), bit i = (v_i >= 0), bits packed
  *          8 per byte, element 8j+k in bit k of byte j; decompress +mag or -mag.
  * u is element i's uniform from rng.h.  Arithmetic is in the element type, products are
  * never contracted into fused multiply-adds, so the NumPy statement gives the same bits.
- * Hot loops are cloned for AVX-512, AVX2 and baseline x86-64 and picked at load time. */
-#pragma GCC optimize("fp-contract=off")
+ * (no-trapping-math only lets floor() vectorise; it changes no result.)
+ * Each entry point is cloned for AVX-512, AVX2 and baseline x86-64 (picked at load time) with
+ * its per-bucket loops inlined into every clone; sign packing (fused with the sum of |v|)
+ * and unpacking of floats use AVX2 movemask/blend directly, which the vectoriser does not find. */
+#pragma GCC optimize("fp-contract=off", "no-trapping-math")
 #include <math.h>
 #include <string.h>
 #include <immintrin.h>
@@ -22,6 +25,7 @@
 #include "rng.h"
 
 #define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define INLINE static inline __attribute__((always_inline))
 
 /* ---- float16 conversion: F16C when the CPU has it, else GCC's _Float16 (same rounding) -- */
 
@@ -154,13 +158,26 @@ void ck_fp16_unpack_f64(const uint16_t *h, size_t n, double scale, double *dst, 
 
 /* ---- bucketed quantizers ---------------------------------------------------------------- */
 
+/* Bucket sums run over LANES interleaved double accumulators (independent add chains), lane
+ * j taking elements j, j + LANES, ...; then halves are added, l[j] += l[j + w] for
+ * w = 16, 8, 4, 2, 1 (whole vectors first, which is cheap in SIMD registers). */
+#define LANES 32
+
+static double fold(double *l)
+{
+    for (int w = LANES / 2; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++)
+            l[j] += l[j + w];
+    return l[0];
+}
+
 typedef uint32_t __attribute__((may_alias)) alias_u32;
 typedef uint64_t __attribute__((may_alias)) alias_u64;
 
-#define BUCKETED(SUF, T, UT, ALIAS, ABSMASK, RINT, FLOOR)                                    \
+#define BUCKETED(SUF, T, UT, ALIAS, ABSMASK, RINT, FLOOR, SIGNPACK, SIGNVALS)                                     \
     /* max |v| through the bit patterns: an integer max reduction vectorises, a float one    \
      * does not without -ffast-math, and the order of non-negative floats is their bits'. */ \
-    CLONES static T amax_##SUF(const T *restrict v, size_t m)                                \
+    INLINE T amax_##SUF(const T *restrict v, size_t m)                                \
     {                                                                                        \
         const ALIAS *b = (const ALIAS *)v;                                                   \
         UT hi = 0;                                                                           \
@@ -172,62 +189,61 @@ typedef uint64_t __attribute__((may_alias)) alias_u64;
         memcpy(&r, &hi, sizeof r);                                                           \
         return r;                                                                            \
     }                                                                                        \
-    /* Sum of |v| (square = 0) or of v^2 (square = 1) in double, in the order compress.h     \
-     * fixes: 8 lanes, then ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)). */                        \
-    CLONES static double lanesum_##SUF(const T *restrict v, size_t m, int square)            \
+    /* Sum of |v| (square = 0) or of v^2 (square = 1) in double, in the order fixed above. */ \
+    INLINE double lanesum_##SUF(const T *restrict v, size_t m, int square)            \
     {                                                                                        \
-        double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                              \
+        double l[LANES] = {0};                                                               \
         size_t i = 0;                                                                        \
         if (square)                                                                          \
-            for (; i + 8 <= m; i += 8)                                                       \
-                for (int j = 0; j < 8; j++)                                                  \
+            for (; i + LANES <= m; i += LANES)                                               \
+                for (int j = 0; j < LANES; j++)                                              \
                     l[j] += (double)v[i + j] * (double)v[i + j];                             \
         else                                                                                 \
-            for (; i + 8 <= m; i += 8)                                                       \
-                for (int j = 0; j < 8; j++)                                                  \
+            for (; i + LANES <= m; i += LANES)                                               \
+                for (int j = 0; j < LANES; j++)                                              \
                     l[j] += fabs((double)v[i + j]);                                          \
         for (int j = 0; i < m; i++, j++)                                                     \
             l[j] += square ? (double)v[i] * (double)v[i] : fabs((double)v[i]);               \
-        return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));            \
+        return fold(l);                                                                      \
     }                                                                                        \
-    CLONES static void add_##SUF(T *restrict r, const T *restrict x, size_t m)               \
+    INLINE void add_##SUF(T *restrict r, const T *restrict x, size_t m)               \
     {                                                                                        \
         for (size_t i = 0; i < m; i++)                                                       \
             r[i] += x[i];                                                                    \
     }                                                                                        \
-    CLONES static void qround_##SUF(const T *restrict v, size_t m, T inv, int8_t *restrict q) \
+    INLINE void qround_##SUF(const T *restrict v, size_t m, T inv, int8_t *restrict q) \
     {                                                                                        \
         for (size_t i = 0; i < m; i++) {                                                     \
-            T t = RINT(v[i] * inv);                                                          \
+            int32_t t = (int32_t)RINT(v[i] * inv);                                           \
             t = t > 127 ? 127 : t;                                                           \
-            t = t < -127 ? -127 : t;                                                         \
-            q[i] = (int8_t)(int32_t)t;                                                       \
+            q[i] = (int8_t)(t < -127 ? -127 : t);                                            \
         }                                                                                    \
     }                                                                                        \
-    CLONES static void qstoch_##SUF(const T *restrict v, size_t m, T inv, uint64_t seed,     \
+    INLINE void qstoch_##SUF(const T *restrict v, size_t m, T inv, uint64_t seed,     \
                                     uint64_t first, int8_t *restrict q)                      \
     {                                                                                        \
-        for (size_t i = 0; i < m; i++) {                                                     \
-            T u = (T)(ck_rng_bits(seed, first + i) >> 8) * (T)CK_U24;                        \
-            T t = FLOOR(v[i] * inv + u);                                                     \
+        uint32_t c0 = (uint32_t)first;                                                       \
+        for (uint32_t i = 0; i < (uint32_t)m; i++) {                                         \
+            T u = (T)(int32_t)(ck_rng_bits(seed, c0 + i) >> 8) * (T)CK_U24;                  \
+            int32_t t = (int32_t)FLOOR(v[i] * inv + u);                                      \
             t = t > 127 ? 127 : t;                                                           \
-            t = t < -127 ? -127 : t;                                                         \
-            q[i] = (int8_t)(int32_t)t;                                                       \
+            q[i] = (int8_t)(t < -127 ? -127 : t);                                            \
         }                                                                                    \
     }                                                                                        \
-    CLONES static void qsgd_levels_##SUF(const T *restrict v, size_t m, T inv, T s,          \
+    INLINE void qsgd_levels_##SUF(const T *restrict v, size_t m, T inv, int32_t levels,\
                                          uint64_t seed, uint64_t first, int8_t *restrict q)  \
     {                                                                                        \
-        for (size_t i = 0; i < m; i++) {                                                     \
-            T u = (T)(ck_rng_bits(seed, first + i) >> 8) * (T)CK_U24;                        \
+        uint32_t c0 = (uint32_t)first;                                                       \
+        for (uint32_t i = 0; i < (uint32_t)m; i++) {                                         \
+            T u = (T)(int32_t)(ck_rng_bits(seed, c0 + i) >> 8) * (T)CK_U24;                  \
             T a = v[i] < 0 ? -v[i] : v[i];                                                   \
-            T t = FLOOR(a * inv + u);                                                        \
-            t = t > s ? s : t;                                                               \
-            q[i] = (int8_t)(int32_t)(v[i] < 0 ? -t : t);                                     \
+            int32_t t = (int32_t)FLOOR(a * inv + u);                                         \
+            t = t > levels ? levels : t;                                                     \
+            q[i] = (int8_t)(v[i] < 0 ? -t : t);                                              \
         }                                                                                    \
     }                                                                                        \
     /* d = q * scale, d += q * scale (accumulate > 0) or d -= q * scale (accumulate < 0). */ \
-    CLONES static void deq_##SUF(const int8_t *restrict q, size_t m, T scale, T *restrict d, \
+    INLINE void deq_##SUF(const int8_t *restrict q, size_t m, T scale, T *restrict d, \
                                  int accumulate)                                             \
     {                                                                                        \
         if (accumulate > 0)                                                                  \
@@ -240,7 +256,7 @@ typedef uint64_t __attribute__((may_alias)) alias_u64;
             for (size_t i = 0; i < m; i++)                                                   \
                 d[i] = (T)q[i] * scale;                                                      \
     }                                                                                        \
-    CLONES static void signbits_##SUF(const T *restrict v, size_t m, uint8_t *restrict bits) \
+    INLINE void signbits_##SUF(const T *restrict v, size_t m, uint8_t *restrict bits) \
     {                                                                                        \
         size_t j = 0;                                                                        \
         for (; 8 * j + 8 <= m; j++) {                                                        \
@@ -257,7 +273,7 @@ typedef uint64_t __attribute__((may_alias)) alias_u64;
         }                                                                                    \
     }                                                                                        \
     /* d = +-mag, d += +-mag (accumulate > 0), d -= +-mag (accumulate < 0). */               \
-    CLONES static void signvals_##SUF(const uint8_t *restrict bits, size_t m, T mag,         \
+    INLINE void signvals_##SUF(const uint8_t *restrict bits, size_t m, T mag,         \
                                       T *restrict d, int accumulate)                         \
     {                                                                                        \
         for (size_t i = 0; i < m; i++) {                                                     \
@@ -266,7 +282,7 @@ typedef uint64_t __attribute__((may_alias)) alias_u64;
         }                                                                                    \
     }                                                                                        \
                                                                                              \
-    void ck_int8_pack_##SUF(const T *x, size_t n, size_t bucket, int stochastic,             \
+    CLONES void ck_int8_pack_##SUF(const T *x, size_t n, size_t bucket, int stochastic,             \
                             uint64_t seed, int8_t *q, T *scales, T *res)                     \
     {                                                                                        \
         for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++) {                              \
@@ -288,14 +304,14 @@ typedef uint64_t __attribute__((may_alias)) alias_u64;
                 deq_##SUF(q + b0, m, scales[k], res + b0, -1);                               \
         }                                                                                    \
     }                                                                                        \
-    void ck_int8_unpack_##SUF(const int8_t *q, const T *scales, size_t n, size_t bucket,     \
+    CLONES void ck_int8_unpack_##SUF(const int8_t *q, const T *scales, size_t n, size_t bucket,     \
                               T *dst, int accumulate)                                        \
     {                                                                                        \
         for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++)                                \
             deq_##SUF(q + b0, n - b0 < bucket ? n - b0 : bucket, scales[k], dst + b0,        \
                       accumulate);                                                           \
     }                                                                                        \
-    void ck_qsgd_pack_##SUF(const T *x, size_t n, size_t bucket, int levels, uint64_t seed,  \
+    CLONES void ck_qsgd_pack_##SUF(const T *x, size_t n, size_t bucket, int levels, uint64_t seed,  \
                             int8_t *q, T *norms, T *res)                                     \
     {                                                                                        \
         T s = (T)levels;                                                                     \
@@ -310,19 +326,19 @@ typedef uint64_t __attribute__((may_alias)) alias_u64;
             if (norm == 0 || isinf(inv))                                                     \
                 inv = 0, norm = 0;                                                           \
             norms[k] = norm;                                                                 \
-            qsgd_levels_##SUF(v, m, inv, s, seed, b0, q + b0);                               \
+            qsgd_levels_##SUF(v, m, inv, levels, seed, b0, q + b0);                          \
             if (res)                                                                         \
                 deq_##SUF(q + b0, m, norm / s, res + b0, -1);                                \
         }                                                                                    \
     }                                                                                        \
-    void ck_qsgd_unpack_##SUF(const int8_t *q, const T *norms, size_t n, size_t bucket,      \
+    CLONES void ck_qsgd_unpack_##SUF(const int8_t *q, const T *norms, size_t n, size_t bucket,      \
                               int levels, T *dst, int accumulate)                            \
     {                                                                                        \
         for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++)                                \
             deq_##SUF(q + b0, n - b0 < bucket ? n - b0 : bucket, norms[k] / (T)levels,       \
                       dst + b0, accumulate);                                                 \
     }                                                                                        \
-    void ck_sign_pack_##SUF(const T *x, size_t n, size_t bucket, uint8_t *bits, T *mags,     \
+    CLONES void ck_sign_pack_##SUF(const T *x, size_t n, size_t bucket, uint8_t *bits, T *mags,     \
                             T *res)                                                          \
     {                                                                                        \
         for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++) {                              \
@@ -332,19 +348,129 @@ typedef uint64_t __attribute__((may_alias)) alias_u64;
                 add_##SUF(res + b0, x + b0, m);                                              \
                 v = res + b0;                                                                \
             }                                                                                \
-            mags[k] = (T)(lanesum_##SUF(v, m, 0) / (double)m);                               \
-            signbits_##SUF(v, m, bits + b0 / 8);                                             \
+            mags[k] = (T)(SIGNPACK(v, m, bits + b0 / 8) / (double)m);                        \
             if (res)                                                                         \
-                signvals_##SUF(bits + b0 / 8, m, mags[k], res + b0, -1);                     \
+                SIGNVALS(bits + b0 / 8, m, mags[k], res + b0, -1);                           \
         }                                                                                    \
     }                                                                                        \
-    void ck_sign_unpack_##SUF(const uint8_t *bits, const T *mags, size_t n, size_t bucket,   \
+    CLONES void ck_sign_unpack_##SUF(const uint8_t *bits, const T *mags, size_t n, size_t bucket,   \
                               T *dst, int accumulate)                                        \
     {                                                                                        \
         for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++)                                \
-            signvals_##SUF(bits + b0 / 8, n - b0 < bucket ? n - b0 : bucket, mags[k],        \
-                           dst + b0, accumulate);                                            \
+            SIGNVALS(bits + b0 / 8, n - b0 < bucket ? n - b0 : bucket, mags[k], dst + b0,    \
+                     accumulate);                                                            \
     }
 
-BUCKETED(f32, float, uint32_t, alias_u32, 0x7fffffffU, rintf, floorf)
-BUCKETED(f64, double, uint64_t, alias_u64, 0x7fffffffffffffffULL, rint, floor)
+/* Sign bits and the lane sums of |v| for floats in one pass, 32 at a time: a compare and a
+ * movemask per byte; |v| widened into eight 4-double accumulators, the lanes lanesum fixes. */
+__attribute__((target("avx2")))
+static double signpack_avx2(const float *restrict v, size_t m, uint8_t *restrict bits)
+{
+    const __m256 zero = _mm256_setzero_ps();
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256d acc[8];
+    for (int a = 0; a < 8; a++)
+        acc[a] = _mm256_setzero_pd();
+    size_t i = 0;
+    for (; i + LANES <= m; i += LANES)
+        for (int g = 0; g < 4; g++) {
+            __m256 x = _mm256_loadu_ps(v + i + 8 * g);
+            bits[(i >> 3) + g] = (uint8_t)_mm256_movemask_ps(_mm256_cmp_ps(x, zero, _CMP_GE_OQ));
+            __m256 a = _mm256_and_ps(x, absmask);
+            acc[2 * g] = _mm256_add_pd(acc[2 * g], _mm256_cvtps_pd(_mm256_castps256_ps128(a)));
+            acc[2 * g + 1] = _mm256_add_pd(acc[2 * g + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)));
+        }
+    double l[LANES];
+    for (int a = 0; a < 8; a++)
+        _mm256_storeu_pd(l + 4 * a, acc[a]);
+    for (int j = 0; i < m; i++, j++) {
+        if (!(i & 7))
+            bits[i >> 3] = 0;
+        bits[i >> 3] |= (uint8_t)((v[i] >= 0) << (i & 7));
+        l[j] += fabs((double)v[i]);
+    }
+    return fold(l);
+}
+
+/* The same with AVX-512: a mask compare gives 16 sign bits, 8 floats widen in one go. */
+__attribute__((target("avx512f")))
+static double signpack_avx512(const float *restrict v, size_t m, uint8_t *restrict bits)
+{
+    const __m512 zero = _mm512_setzero_ps();
+    __m512d acc[4];
+    for (int a = 0; a < 4; a++)
+        acc[a] = _mm512_setzero_pd();
+    size_t i = 0;
+    for (; i + LANES <= m; i += LANES)
+        for (int g = 0; g < 2; g++) {
+            __m512 x = _mm512_loadu_ps(v + i + 16 * g);
+            uint16_t mask = (uint16_t)_mm512_cmp_ps_mask(x, zero, _CMP_GE_OQ);
+            memcpy(bits + (i >> 3) + 2 * g, &mask, 2);
+            __m512 a = _mm512_abs_ps(x);
+            __m256 top = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+            acc[2 * g] = _mm512_add_pd(acc[2 * g], _mm512_cvtps_pd(_mm512_castps512_ps256(a)));
+            acc[2 * g + 1] = _mm512_add_pd(acc[2 * g + 1], _mm512_cvtps_pd(top));
+        }
+    if (i == m) {
+        __m512d h = _mm512_add_pd(_mm512_add_pd(acc[0], acc[2]), _mm512_add_pd(acc[1], acc[3]));
+        __m256d q = _mm256_add_pd(_mm512_castpd512_pd256(h), _mm512_extractf64x4_pd(h, 1));
+        __m128d d = _mm_add_pd(_mm256_castpd256_pd128(q), _mm256_extractf128_pd(q, 1));
+        return _mm_cvtsd_f64(_mm_add_sd(d, _mm_unpackhi_pd(d, d)));
+    }
+    double l[LANES];
+    for (int a = 0; a < 4; a++)
+        _mm512_storeu_pd(l + 8 * a, acc[a]);
+    for (int j = 0; i < m; i++, j++) {
+        if (!(i & 7))
+            bits[i >> 3] = 0;
+        bits[i >> 3] |= (uint8_t)((v[i] >= 0) << (i & 7));
+        l[j] += fabs((double)v[i]);
+    }
+    return fold(l);
+}
+
+/* +-mag from one byte: broadcast it, test bit k in lane k, blend. */
+__attribute__((target("avx2")))
+static void signvals_avx2(const uint8_t *restrict bits, size_t m, float mag, float *restrict d,
+                          int accumulate)
+{
+    const __m256i lane = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256 pos = _mm256_set1_ps(mag), neg = _mm256_set1_ps(-mag);
+    size_t i = 0;
+    for (; i + 8 <= m; i += 8) {
+        __m256i b = _mm256_and_si256(_mm256_set1_epi32(bits[i >> 3]), lane);
+        __m256 s = _mm256_blendv_ps(neg, pos, _mm256_castsi256_ps(_mm256_cmpeq_epi32(b, lane)));
+        if (accumulate > 0)
+            s = _mm256_add_ps(_mm256_loadu_ps(d + i), s);
+        else if (accumulate < 0)
+            s = _mm256_sub_ps(_mm256_loadu_ps(d + i), s);
+        _mm256_storeu_ps(d + i, s);
+    }
+    for (; i < m; i++) {
+        float s = (bits[i >> 3] >> (i & 7)) & 1 ? mag : -mag;
+        d[i] = accumulate > 0 ? d[i] + s : accumulate < 0 ? d[i] - s : s;
+    }
+}
+
+/* 2 with AVX-512F, 1 with AVX2, else 0. */
+static int simd_level(void)
+{
+    static int cached = -1;
+    if (cached < 0) {
+        __builtin_cpu_init();
+        cached = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
+    }
+    return cached;
+}
+
+#define SIGNPACK_GENERIC(SUF, v, m, bits) (signbits_##SUF(v, m, bits), lanesum_##SUF(v, m, 0))
+#define SIGNPACK_F32(v, m, bits)                                                             \
+    (simd_level() == 2 ? signpack_avx512(v, m, bits)                                         \
+     : simd_level() == 1 ? signpack_avx2(v, m, bits) : SIGNPACK_GENERIC(f32, v, m, bits))
+#define SIGNPACK_F64(v, m, bits) SIGNPACK_GENERIC(f64, v, m, bits)
+#define SIGNVALS_F32(bits, m, mag, d, acc)                                                   \
+    (simd_level() ? signvals_avx2(bits, m, mag, d, acc) : signvals_f32(bits, m, mag, d, acc))
+
+BUCKETED(f32, float, uint32_t, alias_u32, 0x7fffffffU, rintf, floorf, SIGNPACK_F32, SIGNVALS_F32)
+BUCKETED(f64, double, uint64_t, alias_u64, 0x7fffffffffffffffULL, rint, floor, SIGNPACK_F64,
+         signvals_f64)

@@ -19,10 +19,11 @@ static inline uint32_t ck_mix32(uint32_t x)
     return x;
 }
 
-/* The 32 random bits of element i (counters are 32-bit: a stream repeats after 2^32). */
-static inline uint32_t ck_rng_bits(uint64_t seed, uint64_t i)
+/* The 32 random bits of element i (counters are 32-bit: a stream
+ * repeats after 2^32 elements; the wrappers refuse longer stochastic inputs). */
+static inline uint32_t ck_rng_bits(uint64_t seed, uint32_t i)
 {
-    return ck_mix32(ck_mix32((uint32_t)i ^ (uint32_t)seed) ^ (uint32_t)(seed >> 32));
+    return ck_mix32(ck_mix32(i ^ (uint32_t)seed) ^ (uint32_t)(seed >> 32));
 }
 
 /* Uniform in [0, 1) on a 2^-24 grid: exact in float and double alike. */
