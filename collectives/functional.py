@@ -59,7 +59,8 @@ def allreduce(comm, array, op="sum", algorithm="auto", out=None):
     c = wrap(comm)
     array = np.asarray(array)
     out = _output(out, array.shape, array.dtype, "allreduce")
-    c.Allreduce(_send(array, out), out, op=op, algorithm=algorithm)
+    # None, which "auto" means too, keeps Comm.Allreduce's fast path open (with check off).
+    c.Allreduce(_send(array, out), out, op=op, algorithm=None if algorithm == "auto" else algorithm)
     return out
 
 
