@@ -5,7 +5,7 @@ from mpi4py import MPI
 from mpi4py.util import dtlib
 
 import collectives
-from util import LARGE, assert_identical_across_ranks, make_data, sizes
+from util import LARGE, assert_everywhere, assert_identical_across_ranks, make_data, sizes
 
 ALGORITHMS = collectives.names("allgather")
 DTYPES = [np.dtype(t) for t in (np.bool_, np.int8, np.uint16, np.int64, np.float16,
@@ -17,8 +17,12 @@ def _native(mpi_comm, send, recv):
     mpi_comm.Allgather(send.view(np.uint8), recv.view(np.uint8))
 
 
+def _assert_equal(got, want, what):
+    assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), what
+
+
 def _uneven(p):
-    """Per-rank counts with zeros and a large spread, and displacements in reverse rank order with gaps."""
+    """Per-rank counts with zeros, and displacements in reverse rank order with gaps."""
     counts = [(3 * i + 2) % 5 for i in range(p)]
     displs, at = [0] * p, 1
     for i in reversed(range(p)):
@@ -41,8 +45,8 @@ def test_allgather(comm, mpi_comm, algorithm, dtype):
         comm.Allgather(send, got, algorithm=algorithm)
         want = np.zeros_like(got)
         _native(mpi_comm, send, want)
-        assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), what
-        assert_identical_across_ranks(mpi_comm, got, what)
+        assert_everywhere(mpi_comm, _assert_equal, got, want, what)
+        assert_everywhere(mpi_comm, assert_identical_across_ranks, mpi_comm, got, what)
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -55,18 +59,18 @@ def test_allgather_in_place(comm, mpi_comm, algorithm):
         comm.Allgather(MPI.IN_PLACE, [buf, MPI.DOUBLE], algorithm=algorithm)
         want = np.empty_like(buf)
         _native(mpi_comm, mine, want)
-        assert np.array_equal(buf, want), f"{algorithm} in place n={n}"
+        assert_everywhere(mpi_comm, _assert_equal, buf, want, f"{algorithm} in place n={n}")
 
 
 def test_allgather_count_spec(comm, mpi_comm):
-    """[buf, count, datatype] gives one rank's count, as in mpi4py; the rest of buf is left alone."""
+    """[buf, count, datatype] gives one rank's count, as in mpi4py; the rest of buf is untouched."""
     p, r = comm.size, comm.rank
     send = make_data(np.float64, "sum", 3, r)
     got = np.full(3 * p + 2, -1.0)
     comm.Allgather(send, [got, 3, MPI.DOUBLE])
     want = np.full_like(got, -1.0)
     mpi_comm.Allgather(send, [want, 3, MPI.DOUBLE])
-    assert np.array_equal(got, want)
+    assert_everywhere(mpi_comm, _assert_equal, got, want, "Allgather [buf, count, type]")
     with pytest.raises(ValueError, match="too few|buffer"):
         comm.Allgather(np.zeros(6), [got, 6, MPI.DOUBLE])
 
@@ -87,11 +91,11 @@ def test_iallgather(comm, mpi_comm, algorithm):
     mpi_comm.Allgatherv(sendv, [wantv, (counts, displs), MPI.INT])
     req.wait()
     reqv.wait()
-    assert np.array_equal(got, want)
-    assert np.array_equal(gotv, wantv)
+    assert_everywhere(mpi_comm, _assert_equal, got, want, f"{algorithm} Iallgather")
+    assert_everywhere(mpi_comm, _assert_equal, gotv, wantv, f"{algorithm} Iallgatherv")
 
 
-@pytest.mark.parametrize("dtype", [np.dtype(np.int8), np.dtype(np.float64), np.dtype(np.complex64)], ids=str)
+@pytest.mark.parametrize("dtype", [np.dtype(t) for t in (np.int8, np.float64, np.complex64)], ids=str)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_allgatherv(comm, mpi_comm, algorithm, dtype):
     p, r = comm.size, comm.rank
@@ -106,13 +110,13 @@ def test_allgatherv(comm, mpi_comm, algorithm, dtype):
         comm.Allgatherv(send, [got, (counts, d), mpi_type], algorithm=algorithm)
         want = np.zeros(size, dtype)
         mpi_comm.Allgatherv(send, [want, (counts, d), mpi_type])
-        assert np.array_equal(got, want), what
-        assert_identical_across_ranks(mpi_comm, got, what)
+        assert_everywhere(mpi_comm, _assert_equal, got, want, what)
+        assert_everywhere(mpi_comm, assert_identical_across_ranks, mpi_comm, got, what)
         # In place: each rank's block is already at its displacement in recvbuf.
         inplace = np.zeros(size, dtype)
         inplace[d[r]:d[r] + counts[r]] = send
         comm.Allgatherv(MPI.IN_PLACE, [inplace, (counts, d), mpi_type], algorithm=algorithm)
-        assert np.array_equal(inplace, want), what + " in place"
+        assert_everywhere(mpi_comm, _assert_equal, inplace, want, what + " in place")
 
 
 def test_allgatherv_all_empty_but_one(comm, mpi_comm):

@@ -9,7 +9,7 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from util import assert_close, native_supports
+from util import assert_close, assert_everywhere, assert_identical_across_ranks, native_supports
 
 CASES = [(np.float16, "min"), (np.float32, "min"), (np.float64, "max"),
          (np.complex64, "prod"), (np.complex128, "prod")]
@@ -22,15 +22,7 @@ def _data(dtype, op, n, rank):
     return (rng.uniform(0.8, 1.25, n) + 1j * rng.uniform(-0.5, 0.5, n)).astype(dtype)
 
 
-def _identical_everywhere(mpi_comm, arr):
-    """Whether every rank holds rank 0's bytes, agreed by all ranks (a failure must not hang the rest)."""
-    mine = arr.view(np.uint8)
-    first = mine.copy()
-    mpi_comm.Bcast(first, root=0)
-    return mpi_comm.allreduce(bool(np.array_equal(mine, first)), op=MPI.LAND)
-
-
-@pytest.mark.parametrize("dtype,op", CASES, ids=lambda c: str(np.dtype(c)) if not isinstance(c, str) else c)
+@pytest.mark.parametrize("dtype,op", CASES, ids=[f"{np.dtype(t)}-{op}" for t, op in CASES])
 @pytest.mark.parametrize("algorithm", collectives.names("allreduce"))
 def test_allreduce_bitwise_identical(comm, mpi_comm, algorithm, dtype, op):
     p, r = comm.size, comm.rank
@@ -40,8 +32,8 @@ def test_allreduce_bitwise_identical(comm, mpi_comm, algorithm, dtype, op):
         send = _data(dtype, op, n, r)
         got = np.empty_like(send)
         comm.Allreduce(send, got, op=mpi_op, algorithm=algorithm)
-        assert _identical_everywhere(mpi_comm, got), f"{what}: ranks hold different bits"
+        assert_everywhere(mpi_comm, assert_identical_across_ranks, mpi_comm, got, what)
         if native_supports(dtype):
             want = np.empty_like(send)
             mpi_comm.Allreduce(send, want, op=mpi_op)
-            assert_close(got, want, dtype, p, what)
+            assert_everywhere(mpi_comm, assert_close, got, want, dtype, p, what)

@@ -1,12 +1,12 @@
-"""Every reduce-scatter algorithm x op x dtype x awkward size, uneven and in place, against native MPI."""
+"""Every reduce-scatter algorithm x op x dtype x awkward size, uneven and in place, against MPI."""
 import numpy as np
 import pytest
 from mpi4py import MPI
 
 import collectives
 from collectives.ops import MPI_OP
-from util import (ALL_DTYPES, LARGE, assert_close, make_data, native_supports, ops_for,
-                  reference, sizes)
+from util import (ALL_DTYPES, LARGE, assert_close, assert_everywhere, make_data, native_supports,
+                  ops_for, reference, sizes)
 
 ALGORITHMS = collectives.names("reduce_scatter")
 
@@ -46,7 +46,8 @@ def test_reduce_scatter_block(comm, mpi_comm, algorithm, dtype):
             send = make_data(dtype, op, block * p, r)
             got = np.full(block, 7, dtype)
             comm.Reduce_scatter_block(send, got, op=MPI_OP[op], algorithm=algorithm)
-            assert_close(got, _want(mpi_comm, send, (block,) * p, dtype, op), dtype, p, what)
+            want = _want(mpi_comm, send, (block,) * p, dtype, op)
+            assert_everywhere(mpi_comm, assert_close, got, want, dtype, p, what)
 
 
 @pytest.mark.parametrize("dtype", [np.dtype(t) for t in (np.bool_, np.int8, np.float16,
@@ -61,14 +62,16 @@ def test_reduce_scatter_uneven(comm, mpi_comm, algorithm, dtype):
         want = _want(mpi_comm, send, counts, dtype, op)
         got = np.zeros(counts[r], dtype)
         comm.Reduce_scatter(send, got, counts, op=MPI_OP[op], algorithm=algorithm)
-        assert_close(got, want, dtype, p, what)
+        assert_everywhere(mpi_comm, assert_close, got, want, dtype, p, what)
         # Without recvcounts they come from every rank's recvbuf size, as in mpi4py.
         got = np.zeros(counts[r], dtype)
         comm.Reduce_scatter(send, got, op=MPI_OP[op], algorithm=algorithm)
-        assert_close(got, want, dtype, p, what + " counts from recvbuf")
+        assert_everywhere(mpi_comm, assert_close, got, want, dtype, p,
+                          what + " counts from recvbuf")
         inplace = send.copy()
         comm.Reduce_scatter(MPI.IN_PLACE, inplace, counts, op=MPI_OP[op], algorithm=algorithm)
-        assert_close(inplace[:counts[r]], want, dtype, p, what + " in place")
+        assert_everywhere(mpi_comm, assert_close, inplace[:counts[r]], want, dtype, p,
+                          what + " in place")
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -78,7 +81,8 @@ def test_reduce_scatter_block_in_place(comm, mpi_comm, algorithm):
         buf = make_data(np.float64, "sum", block * p, r)
         want = _want(mpi_comm, buf, (block,) * p, np.float64, "sum")
         comm.Reduce_scatter_block(MPI.IN_PLACE, buf, algorithm=algorithm)
-        assert_close(buf[:block], want, np.float64, p, f"{algorithm} in place block={block}")
+        assert_everywhere(mpi_comm, assert_close, buf[:block], want, np.float64, p,
+                          f"{algorithm} in place block={block}")
 
 
 def test_reduce_scatter_behind_nonblocking(comm, mpi_comm):
@@ -92,10 +96,11 @@ def test_reduce_scatter_behind_nonblocking(comm, mpi_comm):
     got = np.zeros(counts[r])
     comm.Reduce_scatter(send, got)
     req.wait()
-    assert_close(got, _want(mpi_comm, send, counts, np.float64, "sum"), np.float64, p, "after Iallreduce")
+    want = _want(mpi_comm, send, counts, np.float64, "sum")
+    assert_everywhere(mpi_comm, assert_close, got, want, np.float64, p, "after Iallreduce")
     want = np.empty_like(data)
     mpi_comm.Allreduce(data, want)
-    assert_close(total, want, np.float64, p, "Iallreduce")
+    assert_everywhere(mpi_comm, assert_close, total, want, np.float64, p, "Iallreduce")
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -112,8 +117,8 @@ def test_ireduce_scatter(comm, mpi_comm, algorithm):
     wantb = _want(mpi_comm, sendb, (3,) * p, np.float32, "max")
     req.wait()
     reqb.wait()
-    assert np.array_equal(got, want)
-    assert np.array_equal(gotb, wantb)
+    assert_everywhere(mpi_comm, assert_close, got, want, np.int64, p, "Ireduce_scatter")
+    assert_everywhere(mpi_comm, assert_close, gotb, wantb, np.float32, p, "Ireduce_scatter_block")
 
 
 def test_reduce_scatter_errors(comm):

@@ -74,3 +74,17 @@ def assert_identical_across_ranks(comm, arr, what):
     first = mine.copy()
     comm.Bcast(first, root=0)
     assert np.array_equal(mine, first), f"{what}: result differs from rank 0's"
+
+
+def assert_everywhere(comm, check, *args):
+    """Run ``check(*args)`` on every rank of ``comm``; fail on all ranks if it fails on any.
+
+    A failure on one rank alone would leave the others waiting in the next collective.
+    """
+    try:
+        check(*args)
+        error = None
+    except AssertionError as exc:
+        error = str(exc)
+    bad = [(rank, e) for rank, e in enumerate(comm.allgather(error)) if e is not None]
+    assert not bad, f"{len(bad)} rank(s) failed; rank {bad[0][0]}: {bad[0][1]}"
