@@ -3,6 +3,7 @@
 #   make test    create .venv, install, build the extension, run the suite at 1,2,3,4,5,8 ranks
 #   make demo    4-rank training job on the bundled data set
 #   make bench   all-reduce sweep beside native MPI (bench/), np=2 and np=4
+#   make bench-kernels   native kernels against NumPy (GB/s and ratio), one process
 #
 # MPI=system uses the MPI already on PATH (mpicc/mpiexec) instead of the mpich wheel.
 
@@ -87,5 +88,9 @@ bench-train: build
 	  timeout $(TEST_TIMEOUT) $(MPIEXEC) -n $$n $(PY) bench/train.py $(BENCH_TRAIN_ARGS) || exit 1; \
 	done
 
+# Kernel throughput against the best NumPy expression, one process (bench/kernels.py).
+bench-kernels: build
+	$(PY) -m bench.kernels $(BENCH_KERNELS_ARGS)
+
 clean:
-	rm -rf build collectives/*.so collectives/_kernels.c collectives/_engine.c
+	rm -rf build collectives/*.so collectives/_kernels.c collectives/_engine.c collectives/_compress.c

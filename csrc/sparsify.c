@@ -118,22 +118,22 @@ typedef uint64_t __attribute__((may_alias)) alias_u64;
             c += (x[i] < 0 ? -x[i] : x[i]) >= thr;                                           \
         return c;                                                                            \
     }                                                                                        \
+    /* Branch-free compaction: every element is written at slot c, which advances only when  \
+     * the element qualifies, so a data-dependent branch never mispredicts. */               \
     size_t ck_threshold_##SUF(T *x, size_t n, T thr, int64_t *idx, T *vals, size_t cap,      \
                               int zero)                                                      \
     {                                                                                        \
-        size_t c = 0;                                                                        \
-        for (size_t i = 0; i < n; i++) {                                                     \
-            if ((x[i] < 0 ? -x[i] : x[i]) >= thr) {                                          \
-                if (c < cap) {                                                               \
-                    idx[c] = (int64_t)i;                                                     \
-                    vals[c] = x[i];                                                          \
-                    if (zero)                                                                \
-                        x[i] = 0;                                                            \
-                }                                                                            \
-                c++;                                                                         \
-            }                                                                                \
+        size_t c = 0, i = 0;                                                                 \
+        for (; i < n && c < cap; i++) {                                                      \
+            T v = x[i];                                                                      \
+            size_t keep = (v < 0 ? -v : v) >= thr;                                           \
+            idx[c] = (int64_t)i;                                                             \
+            vals[c] = v;                                                                     \
+            if (zero)                                                                        \
+                x[i] = keep ? 0 : v;                                                         \
+            c += keep;                                                                       \
         }                                                                                    \
-        return c;                                                                            \
+        return c + (i < n ? ck_threshold_count_##SUF(x + i, n - i, thr) : 0);                \
     }                                                                                        \
     int64_t ck_approx_topk_##SUF(T *x, size_t n, size_t k, size_t nsample, uint64_t seed,    \
                                  int64_t *idx, T *vals, int zero)                            \

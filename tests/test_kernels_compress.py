@@ -1,13 +1,14 @@
 """Compression kernels: native against the NumPy twin (bit for bit), and both against the definitions.
 
-Single-process: every rank runs the same checks on its own data.  Tolerances of the
-statistical checks are derived in their docstrings.
+Single-process: under mpiexec each test runs on one rank (tests/single_process.py).
+Tolerances of the statistical checks are derived in their docstrings.
 """
 import numpy as np
 import pytest
 
 from collectives import kernels
 from collectives._compress_numpy import rng_uniform
+from tests.single_process import one_rank  # noqa: F401 (autouse fixture)
 
 NATIVE = kernels.native
 IMPLS = [kernels.numpy] + ([NATIVE] if NATIVE is not None else [])

@@ -8,6 +8,7 @@ import pytest
 
 from collectives import _kernels_numpy, kernels
 from collectives.ops import OP_CODE, dtype_code
+from tests.single_process import one_rank  # noqa: F401 (autouse fixture)
 from tests.util import ALL_DTYPES, make_data, ops_for
 
 try:
