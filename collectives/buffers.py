@@ -63,6 +63,9 @@ def parse(spec, name, writable=False, vector=False, blocks=1):
             raise ValueError(f"{name}: buffer spec must be [buf], [buf, datatype], "
                              "[buf, count, datatype] or [buf, counts, displs, datatype]")
         obj, *rest = spec
+        if isinstance(obj, (int, float, complex)):
+            raise TypeError(f"{name}: a {type(spec).__name__} of numbers is not a buffer; pass a "
+                            "NumPy array (the lower-case methods take Python objects)")
         if rest and isinstance(rest[-1], (MPI.Datatype, str)):
             datatype = rest.pop()
         if len(rest) == 2:

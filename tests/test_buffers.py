@@ -125,6 +125,7 @@ def test_non_contiguous_send_is_copied_recv_is_refused(comm, mpi_comm):
 
 @pytest.mark.parametrize("spec, message", [
     (3.5, "float does not expose the buffer interface"),
+    ([1.0, 2.0], "a list of numbers is not a buffer; pass a NumPy array"),
     ([np.zeros(4), 5, MPI.DOUBLE], "count 5 at displacement 0 exceeds the 4-element buffer"),
     ([np.zeros(4), (2, 3), MPI.DOUBLE], "count 2 at displacement 3 exceeds"),
     ([bytearray(7), MPI.DOUBLE], "7 bytes is not a whole number of"),
