@@ -629,7 +629,7 @@ def wrap(comm):
     if _WRAPPER is None:
         _WRAPPER = MPI.Comm.Create_keyval(delete_fn=_free_wrapper)
     wrapper = comm.Get_attr(_WRAPPER)
-    if wrapper is None:
+    if wrapper is None or wrapper._coll == MPI.COMM_NULL:  # none yet, or freed by its user
         wrapper = Comm(comm)
         comm.Set_attr(_WRAPPER, wrapper)
     return wrapper

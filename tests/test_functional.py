@@ -71,8 +71,12 @@ def test_wrapping_is_cached_and_freed_with_the_communicator(mpi_comm):
     assert collectives.wrap(dup) is wrapped
     assert collectives.wrap(wrapped) is wrapped
     F.allreduce(dup, np.ones(3))
+    wrapped.Free()  # a wrapper freed by hand is replaced on next use
+    rewrapped = collectives.wrap(dup)
+    assert rewrapped is not wrapped and collectives.wrap(dup) is rewrapped
+    np.testing.assert_array_equal(F.allreduce(dup, np.ones(3)), np.full(3, mpi_comm.size))
     dup.Free()
-    assert wrapped._coll == MPI.COMM_NULL
+    assert rewrapped._coll == MPI.COMM_NULL
     with pytest.raises(TypeError, match="expected an mpi4py intracommunicator"):
         collectives.wrap("world")
 
