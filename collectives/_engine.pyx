@@ -156,13 +156,14 @@ cdef class _Plan:
     cdef int dtype, op
     cdef size_t size
     cdef bint reads_in
+    cdef object name
 
 
 cdef class AllreduceFast:
     """Allreduce of C-contiguous NumPy arrays with predefined ops, with no Python per step.
 
     ``prepare(n, dtype, op)`` (Python, run once per size, dtype and op) chooses the algorithm
-    and returns (steps, dtype_code, op_code, tmp_bytes, nreq, reads_in); the call then costs
+    and returns (steps, dtype_code, op_code, tmp_bytes, nreq, reads_in, name); the call costs
     a dictionary look-up and one ``nogil`` run of the schedule.  Anything else (other buffer
     kinds, per-call algorithms, pending nonblocking work) returns False for the general path.
     """
@@ -188,7 +189,7 @@ cdef class AllreduceFast:
         if prepared is None:
             return None
         pl = _Plan()
-        steps, pl.dtype, pl.op, pl.tmp_bytes, pl.nreq, pl.reads_in = prepared
+        steps, pl.dtype, pl.op, pl.tmp_bytes, pl.nreq, pl.reads_in, pl.name = prepared
         pl.steps = np.ascontiguousarray(steps, dtype=np.int64)
         pl.nsteps = pl.steps.shape[0]
         pl.rows = <const int64_t *>cnp.PyArray_DATA(pl.steps)
@@ -238,6 +239,7 @@ cdef class AllreduceFast:
             pl = self.plan(n, recv.dtype, op, key)
             if pl is None:
                 return False
+        self.owner.last_algorithm = pl.name
         buf[0] = <char *>cnp.PyArray_DATA(recv)
         buf[1] = <char *>cnp.PyArray_DATA(self.tmp)
         buf[2] = <char *>cnp.PyArray_DATA(send)

@@ -12,6 +12,7 @@ job at once; ``I...`` methods hand it to the progress thread and return a Reques
 other ranks on counts, dtype, op, root and algorithm through one small native all-reduce,
 so a mismatch raises the same error on every rank instead of hanging or truncating.
 """
+import functools
 import os
 
 import numpy as np
@@ -91,8 +92,7 @@ class Comm:
         self.check = bool(check)
         self._scratch = {}
         self._progress = None
-        self._fast = (AllreduceFast(self._coll, self, self._fast_plan, TAG["allreduce"])
-                      if NATIVE else None)
+        self._fast = {}
 
     def __getattr__(self, name):
         if name.startswith("_") or name == "comm":
@@ -187,17 +187,26 @@ class Comm:
 
     # ---- all-reduce ----------------------------------------------------------------------
 
-    def _fast_plan(self, n, dtype, op):
+    def _fast_plan(self, n, dtype, op, algorithm):
         """Everything AllreduceFast needs for (n, dtype, op), or None to use the general path."""
         try:
             opc, dt = check_op(op, dtype)
         except (TypeError, ValueError):
             return None
-        algo = self._choose("allreduce", None, n, n * dtype.itemsize)
+        algo = self._choose("allreduce", algorithm, n, n * dtype.itemsize)
         steps, tmp_count, nreq = plan(algo.name, self.rank, self.size, n)
         if self.size == 1:
             steps = steps[:0]
-        return steps, dt, opc, tmp_count * dtype.itemsize, nreq, algo.reads_in and self.size > 1
+        return (steps, dt, opc, tmp_count * dtype.itemsize, nreq, algo.reads_in and self.size > 1,
+                algo.name)
+
+    def _fast_for(self, algorithm):
+        """The AllreduceFast serving per-call choice ``algorithm`` (None: comm, env, auto)."""
+        resolve_name("allreduce", algorithm)
+        fast = AllreduceFast(self._coll, self, functools.partial(self._fast_plan, algorithm=algorithm),
+                             TAG["allreduce"])
+        self._fast[algorithm] = fast
+        return fast
 
     def _allreduce_job(self, sendbuf, recvbuf, op, algorithm):
         recv, n, _ = parse(recvbuf, "recvbuf", writable=True)
@@ -223,9 +232,10 @@ class Comm:
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op`` into ``recvbuf`` of every rank."""
-        if algorithm is None and not self.check and self._fast is not None \
-                and self._fast(sendbuf, recvbuf, op):
-            return
+        if NATIVE and not self.check:
+            fast = self._fast.get(algorithm) or self._fast_for(algorithm)
+            if fast(sendbuf, recvbuf, op):
+                return
         self._run(self._allreduce_job(sendbuf, recvbuf, op, algorithm))
 
     def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
