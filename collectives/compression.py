@@ -18,13 +18,15 @@ sign           1 bit per element + mean |x| per bucket            no        on
 topk           k (index, value) pairs of largest |x|              no        on
 dgc            <= k pairs above a sampled threshold               no        on
 threshold      (index, value) pairs with |x| >= t                 no        on
-randk          ~k values at indices drawn from a shared seed;     yes [3]   off
+randk          ~k values at indices drawn from a shared seed;     no [3]    on
                summed with Allreduce, indices never sent
 =============  =================================================  ========  ==============
 
 [1] round to nearest: error at most 2^-11 relative, not zero-mean in general.
 [2] with ``stochastic=True`` (the default); round-to-nearest int8 is biased.
-[3] values are scaled by 1/p, p the keep probability; with error feedback they are not.
+[3] with ``error_feedback=False`` values are scaled by 1/p, p the keep probability, which
+    makes it unbiased but multiplies the variance by about 1/p (100x at 1%); by default it
+    sends unscaled values and keeps the rest in the error-feedback residual.
 Unbiased means E[decompress(compress(x))] = x over the seed, so the all-reduced sum is an
 unbiased estimate of the true sum, with the variance the tests bound.
 
@@ -306,6 +308,7 @@ class RandK(Compressor):
     name = "randk"
     summable = True
     shared_seed = True
+    feedback = True
 
     def __init__(self, ratio=0.01, **kw):
         super().__init__(**kw)
