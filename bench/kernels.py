@@ -135,7 +135,7 @@ def measure(native, ref, budget):
     native(), ref()
     tn, tr = [], []
     start = time.perf_counter()
-    while len(tn) < 3 or (time.perf_counter() - start < budget and len(tn) < 2000):
+    while len(tn) < 7 or (time.perf_counter() - start < budget and len(tn) < 2000):
         t0 = time.perf_counter()
         native()
         t1 = time.perf_counter()
