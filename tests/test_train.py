@@ -7,7 +7,6 @@ scipy's L-BFGS-B in one process (F* = 0.086145486240744 when written down).
 import contextlib
 import io
 import json
-import os
 
 import numpy as np
 import pytest

@@ -47,6 +47,8 @@ class _Estimator:
 
     def fit(self, X, y):
         """Fit on this rank's rows ``X`` (dense or sparse, n x d) and targets ``y``."""
+        if getattr(self, "_comm", None) is not None:
+            self._comm.Free()
         self._comm = Comm(self.comm)
         raw = self._comm.comm
         X = X if sp.issparse(X) else np.asarray(X, np.float64)

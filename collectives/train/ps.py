@@ -15,7 +15,6 @@ with the step number (its *clock*), then pulls the shards back (collectives.p2p)
 
 At the end the servers' shards are all-gathered into the final model on every rank.
 """
-import time
 
 import numpy as np
 from mpi4py import MPI

@@ -28,7 +28,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import compression
+from .. import compression, p2p
 from . import optim
 
 DEFAULTS = dict(
@@ -398,15 +398,14 @@ class Trainer:
         p, r = self.size, self.rank
         peers = sorted({(r - 1) % p, (r + 1) % p} - {r})
         inbox = [np.empty_like(w) for _ in peers]
-        raw = self.comm._coll
 
         def step(epoch, s, item):
             index, count = item
             opt.step(w, self.add_penalty(w, self.local_gradient(w, index) / count))
             with self.clock("comm"):
-                reqs = [raw.Irecv(buf, source=q, tag=GOSSIP_TAG) for buf, q in zip(inbox, peers)]
-                reqs += [raw.Isend(w, dest=q, tag=GOSSIP_TAG) for q in peers]
-                MPI.Request.Waitall(reqs)
+                reqs = [p2p.receive(self.comm, buf, q) for buf, q in zip(inbox, peers)]
+                reqs += [p2p.push(self.comm, w, q) for q in peers]
+                p2p.wait(reqs)
             with self.clock("compute"):
                 w[...] = (w + sum(inbox)) / (len(peers) + 1)
         return self._loop(w, opt, epoch0, step0, lambda e: self.local_batches(e, steps), step, self._eval_average)
@@ -455,5 +454,3 @@ class Trainer:
                     seconds=self.elapsed, time=self.clock.total, overlap=self.overlap,
                     history=self.history)
 
-
-GOSSIP_TAG = 7001
