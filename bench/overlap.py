@@ -86,11 +86,13 @@ def main():
              "native": lambda: plain.Iallreduce(send, recv["native"])}
     compute = np.random.default_rng(r).random((MATRIX, MATRIX))
 
-    # Warm up, then size the work to last about as long as our all-reduce alone.
-    for name in start:
-        start[name]().Wait()
-    t_comm = min(_sample(world, start["ours"], compute, 0)[0] for _ in range(5))
-    t_unit = min(_sample(world, start["ours"], compute, 5)[1] for _ in range(5)) / 5
+    # Warm up (first calls pay page faults on fresh buffers), then size the work to last
+    # about as long as our all-reduce alone.
+    for _ in range(3):
+        for name in start:
+            start[name]().Wait()
+    t_comm = np.median([_sample(world, start["ours"], compute, 0)[0] for _ in range(5)])
+    t_unit = np.median([_sample(world, start["ours"], compute, 5)[1] for _ in range(5)]) / 5
     k = world.bcast(max(1, round(t_comm / t_unit)), root=0)
 
     want = np.zeros(n, np.float32)
