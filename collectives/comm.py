@@ -64,7 +64,8 @@ class Comm:
         Per-communicator choice, e.g. ``{"allreduce": "ring"}``; overrides the
         COLLECTIVES_<COLLECTIVE> environment variables.  A per-call ``algorithm=`` wins over both;
         ``"auto"`` (or None) at any level defers to the next, ending at the ``auto`` policy.
-        ``last_algorithm`` holds the name chosen by this rank's latest collective call.
+        ``last_algorithm`` holds the name chosen by this rank's latest collective call (with
+        ``check`` off, Allreduce's fast path reuses its choice per shape without updating it).
     check : bool, optional
         Agree across ranks on arguments before each collective (default: COLLECTIVES_CHECK, on).
     """
