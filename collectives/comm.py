@@ -384,19 +384,19 @@ class Comm:
         p, r = self.size, self.rank
         recv, n_recv, _ = parse(recvbuf, "recvbuf", writable=True)
         in_place = is_in_place(sendbuf)
+        if counts is None and name == "Reduce_scatter" and not in_place:
+            # A collective on the private communicator: it must queue behind any pending
+            # nonblocking collective rather than run beside it on another thread, and come
+            # before any check that could fail on this rank alone.
+            gathered = []
+            self._run(lambda: gathered.extend(self._coll.allgather(n_recv)))
+            counts = gathered
         send = recv if in_place else parse(sendbuf, "sendbuf")[0]
         _same_dtype(send, recv, name)
         if counts is None:
-            if name == "Reduce_scatter_block" or in_place:
-                if send.size % p:
-                    raise ValueError(f"{name}: {send.size} elements do not split evenly over {p} ranks")
-                counts = (send.size // p,) * p
-            else:
-                # A collective on the private communicator: it must queue behind any pending
-                # nonblocking collective rather than run beside it on another thread.
-                gathered = []
-                self._run(lambda: gathered.extend(self._coll.allgather(n_recv)))
-                counts = gathered
+            if send.size % p:
+                raise ValueError(f"{name}: {send.size} elements do not split evenly over {p} ranks")
+            counts = (send.size // p,) * p
         counts = tuple(int(c) for c in np.atleast_1d(counts))
         if len(counts) != p or any(c < 0 for c in counts):
             raise ValueError(f"{name}: recvcounts must be {p} non-negative counts, got {counts}")
