@@ -42,6 +42,28 @@ def _as_bytes(arr):
     return arr.view(np.uint8) if arr.size else np.empty(0, np.uint8)
 
 
+def _agreed(collective):
+    """Decorate a job builder so that, with ``check``, a rank whose arguments are invalid
+    still takes part in the argument agreement before raising: the others raise too
+    instead of waiting for it."""
+    def decorate(builder):
+        @functools.wraps(builder)
+        def wrapper(self, *args, **kwargs):
+            try:
+                return builder(self, *args, **kwargs)
+            except (ValueError, TypeError) as exc:
+                if not self.check or self.size == 1:
+                    raise
+                error = exc
+
+            def job():
+                self._agree(collective, None, error=True)
+                raise error
+            return job
+        return wrapper
+    return decorate
+
+
 def _check_root(root, size, name):
     if not isinstance(root, (int, np.integer)) or not 0 <= root < size:
         raise ValueError(f"{name}: invalid root {root!r} for a communicator of size {size}")
@@ -153,20 +175,32 @@ class Comm:
             bufs = [None if b is None else _as_bytes(b) for b in (acc, tmp, inp)]
             run_python(self._coll, steps, bufs, dtype, op, TAG[collective])
 
-    def _agree(self, collective, algo, **fields):
+    def _agree(self, collective, algo, error=False, **fields):
         """Raise the same ValueError on every rank unless all ranks passed equal ``fields``.
 
-        A field may be None on ranks that cannot know it (a Gatherv count away from the root).
+        One native all-reduce (MAX) of a vector whose length depends only on the communicator
+        size, so ranks calling different collectives, or a rank whose own arguments were
+        invalid (``error=True``, no fields), still meet in it and all raise.  A field may be
+        None on ranks that cannot know it (a Gatherv count away from the root).
         """
-        fields = dict(collective=_COLLECTIVE_INDEX[collective],
-                      algorithm=names(collective).index(algo.name), **fields)
+        width = 4 + self.size
+        if len(fields) > width:
+            raise RuntimeError(f"{collective}: {len(fields)} fields to agree on, room for {width}")
         unknown = 1 << 62
-        hi = [-unknown if v is None else v for v in fields.values()]
-        lo = [unknown if v is None else v for v in fields.values()]
+        head = [int(error), _COLLECTIVE_INDEX[collective],
+                names(collective).index(algo.name) if algo is not None else 0]
+        values = list(fields.values()) + [0] * (width - len(fields))
+        hi = head + [-unknown if v is None else int(v) for v in values]
+        lo = head[1:] + [unknown if v is None else int(v) for v in values]
         both = np.array(hi + [-v for v in lo], dtype=np.int64)
         self._coll.Allreduce(MPI.IN_PLACE, both, op=MPI.MAX)
-        hi, lo = both[:len(hi)], -both[len(hi):]
-        bad = [f"{k} ranges {lo[i]}..{hi[i]}" for i, k in enumerate(fields) if lo[i] != hi[i]]
+        hi, lo = both[1:len(hi)], -both[len(hi):]
+        if both[0]:
+            if error:
+                return
+            raise ValueError(f"{collective}: invalid arguments on another rank (it raised the details)")
+        keys = ["collective", "algorithm"] + list(fields)
+        bad = [f"{k} ranges {lo[i]}..{hi[i]}" for i, k in enumerate(keys) if lo[i] != hi[i]]
         if bad:
             raise ValueError(f"{collective}: arguments differ across ranks: " + ", ".join(bad))
 
@@ -209,6 +243,7 @@ class Comm:
         self._fast[algorithm] = fast
         return fast
 
+    @_agreed("allreduce")
     def _allreduce_job(self, sendbuf, recvbuf, op, algorithm):
         recv, n, _ = parse(recvbuf, "recvbuf", writable=True)
         send = None
@@ -245,6 +280,7 @@ class Comm:
 
     # ---- broadcast -----------------------------------------------------------------------
 
+    @_agreed("bcast")
     def _bcast_job(self, buf, root, algorithm):
         root = _check_root(root, self.size, "Bcast")
         arr, n, _ = parse(buf, "buf", writable=True)
@@ -268,6 +304,7 @@ class Comm:
 
     # ---- reduce --------------------------------------------------------------------------
 
+    @_agreed("reduce")
     def _reduce_job(self, sendbuf, recvbuf, op, root, algorithm):
         root = _check_root(root, self.size, "Reduce")
         is_root = self.rank == root
@@ -305,6 +342,7 @@ class Comm:
 
     # ---- all-gather ----------------------------------------------------------------------
 
+    @_agreed("allgather")
     def _allgather_job(self, sendbuf, recvbuf, algorithm, vector):
         name = "Allgatherv" if vector else "Allgather"
         recv, counts, displs = parse(recvbuf, "recvbuf", writable=True, vector=True)
@@ -380,6 +418,7 @@ class Comm:
 
     # ---- reduce-scatter ------------------------------------------------------------------
 
+    @_agreed("reduce_scatter")
     def _reduce_scatter_job(self, sendbuf, recvbuf, counts, op, algorithm, name):
         p, r = self.size, self.rank
         recv, n_recv, _ = parse(recvbuf, "recvbuf", writable=True)
@@ -493,6 +532,7 @@ class Comm:
                       **{f"count{i}": c if c >= 0 else None for i, c in enumerate(counts)})
         return counts, bcounts, packed, algo, fields
 
+    @_agreed("gather")
     def _gather_job(self, sendbuf, recvbuf, root, algorithm, vector):
         name = "Gatherv" if vector else "Gather"
         root = _check_root(root, self.size, name)
@@ -532,6 +572,7 @@ class Comm:
         """Gather with per-rank counts given at the root: [buf, (counts, displs), datatype]."""
         self._run(self._gather_job(sendbuf, recvbuf, root, algorithm, vector=True))
 
+    @_agreed("scatter")
     def _scatter_job(self, sendbuf, recvbuf, root, algorithm, vector):
         name = "Scatterv" if vector else "Scatter"
         root = _check_root(root, self.size, name)
@@ -576,6 +617,7 @@ class Comm:
 
     # ---- barrier -------------------------------------------------------------------------
 
+    @_agreed("barrier")
     def _barrier_job(self, algorithm):
         algo = self._choose("barrier", algorithm, 0, 0)
 

@@ -122,6 +122,34 @@ def test_dtype_and_op_mismatch_across_ranks(comm, mpi_comm):
     _same_error_on_every_rank(mpi_comm, lambda: comm.Bcast(np.ones(4), root=root), "root ranges")
 
 
+LOCAL_ONLY = {
+    # Each call is invalid on rank 0 alone, where only rank 0 can see it.
+    "allreduce": lambda c, bad: c.Allreduce(np.ones(4), np.zeros(3 if bad else 4)),
+    "bcast": lambda c, bad: c.Bcast(np.ones((4, 4))[:, ::2] if bad else np.ones(8)),
+    "reduce": lambda c, bad: c.Reduce(np.ones(4), np.zeros(5 if bad else 4), root=0),
+    "allgather": lambda c, bad: c.Allgather(np.ones(2), np.zeros(2 * c.size, np.float32 if bad else float)),
+    "reduce_scatter": lambda c, bad: c.Reduce_scatter_block(np.ones(2 * c.size), np.zeros(1 if bad else 2)),
+    "gather": lambda c, bad: c.Gather(MPI.IN_PLACE if bad and c.rank else np.ones(2), np.zeros(2 * c.size)),
+    "scatter": lambda c, bad: c.Scatter(np.ones(2 * c.size), np.zeros(2), root=c.size if bad else 0),
+    "barrier": lambda c, bad: c.Barrier(algorithm="nonexistent" if bad else None),
+}
+
+
+@pytest.mark.parametrize("collective", list(LOCAL_ONLY))
+def test_error_seen_by_one_rank_raises_on_every_rank(comm, mpi_comm, collective):
+    """One rank's own invalid arguments: it raises its error, every other rank raises too, no hang."""
+    if comm.size < 2:
+        pytest.skip("needs two ranks")
+    bad = comm.rank == (1 if collective == "gather" else 0)
+    with pytest.raises((ValueError, TypeError)) as info:
+        LOCAL_ONLY[collective](comm, bad)
+    if not bad:
+        assert "invalid arguments on another rank" in str(info.value)
+    else:
+        assert "another rank" not in str(info.value)
+    LOCAL_ONLY[collective](comm, False)  # and the communicator still works
+
+
 def test_unknown_algorithm_lists_the_choices(comm, mpi_comm, monkeypatch):
     choices = ", ".join(n[len("allreduce_"):] for n in collectives.names("allreduce"))
     with pytest.raises(ValueError, match=f"unknown allreduce algorithm 'fastest'; choose auto or one of {choices}$"):

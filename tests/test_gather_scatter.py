@@ -5,7 +5,7 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from util import LARGE, make_data, sizes
+from util import LARGE, expect_error, make_data, sizes
 
 GATHER = collectives.names("gather")
 SCATTER = collectives.names("scatter")
@@ -199,19 +199,20 @@ def test_invalid_root(comm, name, root):
 
 def test_rooted_bad_arguments(comm):
     p, r = comm.size, comm.rank
-    if r == 0:
-        if p > 1:
-            with pytest.raises(ValueError, match="split evenly"):
-                comm.Gather(np.zeros(1), np.zeros(p + 1))
-        with pytest.raises(ValueError, match="counts for a communicator"):
-            comm.Scatterv([np.zeros(p + 1), [1] * (p + 1), MPI.DOUBLE], np.zeros(1))
-        with pytest.raises(TypeError, match="dtype"):
-            comm.Gather(np.zeros(1), np.zeros(p, np.float32))
-        with pytest.raises(ValueError, match="own block"):
-            comm.Scatter(np.zeros(p), np.zeros(2))
-    elif r == 1:
-        with pytest.raises(ValueError, match="IN_PLACE"):
-            comm.Gather(MPI.IN_PLACE, np.zeros(p))
+    # Every rank calls; only the root (or rank 1) sees what is wrong, and all of them raise.
+    bad = r == 0
+    if p > 1:
+        with expect_error(bad, ValueError, "split evenly"):
+            comm.Gather(np.zeros(1), np.zeros(p + 1) if bad else None)
+    with expect_error(bad, ValueError, "counts for a communicator"):
+        comm.Scatterv([np.zeros(p + 1), [1] * (p + 1), MPI.DOUBLE] if bad else None, np.zeros(1))
+    with expect_error(bad, TypeError, "dtype"):
+        comm.Gather(np.zeros(1), np.zeros(p, np.float32) if bad else None)
+    with expect_error(bad, ValueError, "own block"):
+        comm.Scatter(np.zeros(p) if bad else None, np.zeros(2))
+    if p > 1:
+        with expect_error(r == 1, ValueError, "IN_PLACE"):
+            comm.Gather(MPI.IN_PLACE if r == 1 else np.zeros(1), np.zeros(p) if r == 0 else None)
     if p > 1:
         # A rank whose count disagrees with the root's is caught on every rank, not truncated.
         counts = [2] * p

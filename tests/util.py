@@ -88,3 +88,13 @@ def assert_everywhere(comm, check, *args):
         error = str(exc)
     bad = [(rank, e) for rank, e in enumerate(comm.allgather(error)) if e is not None]
     assert not bad, f"{len(bad)} rank(s) failed; rank {bad[0][0]}: {bad[0][1]}"
+
+
+def expect_error(bad, exc, match):
+    """pytest.raises for a collective whose arguments are invalid on some ranks only: those
+    raise ``exc`` matching ``match``, the others the error naming another rank."""
+    import pytest
+
+    if bad:
+        return pytest.raises(exc, match=match)
+    return pytest.raises(ValueError, match="invalid arguments on another rank")
