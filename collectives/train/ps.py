@@ -10,8 +10,10 @@ with the step number (its *clock*), then pulls the shards back (collectives.p2p)
   c - tau is applied.  With tau = 0 every worker reads exactly the parameters synchronous
   SGD would, so the trajectory is that of ``sync`` (same batches, same optimizer step,
   which is elementwise and so the same on a shard).
-* Asynchronous (``tau`` < 0): a server applies each push on arrival, as one step on that
-  worker's part of the batch, and answers the pull at once (Hogwild-style staleness).
+* Asynchronous (``tau`` < 0): a server applies each push on arrival as that worker's share
+  of a step (its rows' gradient sum over the global batch size, so the pushes of one
+  minibatch add up to one synchronous step however many workers there are) and answers
+  the pull at once (Hogwild-style staleness).
 
 At the end the servers' shards are all-gathered into the final model on every rank.
 """
@@ -73,8 +75,6 @@ class ParameterServer:
             batches = t.global_batches(epoch, n, t.train.rows)
             for s, (index, count) in enumerate(batches):
                 g = t.local_gradient(w, index)
-                if o["tau"] < 0:
-                    count = max(len(index), 1)
                 msgs = [np.concatenate(([t.t, count], g[lo:hi])) for lo, hi in self.shards]
                 with t.clock("comm"):
                     reqs = [p2p.push(t.comm, m, dst) for m, dst in zip(msgs, servers)]
