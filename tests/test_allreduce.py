@@ -5,18 +5,11 @@ from mpi4py import MPI
 
 import collectives
 from collectives.ops import MPI_OP
-from util import (ALL_DTYPES, LARGE, assert_close, assert_identical_across_ranks, make_data,
+from util import (ops_at, ALL_DTYPES, LARGE, assert_close, assert_identical_across_ranks, make_data,
                   native_supports, ops_for, reference, sizes)
 
 ALGORITHMS = collectives.names("allreduce")
 
-
-def _ops_at(dtype, n):
-    ops = ops_for(dtype)
-    # At ~10^6 elements every op runs for float64 and int32; other dtypes run SUM there.
-    if n == LARGE and np.dtype(dtype) not in (np.dtype(np.float64), np.dtype(np.int32)):
-        return ops[:1]
-    return ops
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
@@ -24,7 +17,7 @@ def _ops_at(dtype, n):
 def test_allreduce(comm, mpi_comm, algorithm, dtype):
     p, r = comm.size, comm.rank
     for n in sizes(p):
-        for op in _ops_at(dtype, n):
+        for op in ops_at(dtype, n):
             what = f"{algorithm} {op} {dtype} n={n} p={p}"
             send = make_data(dtype, op, n, r)
             got = np.full_like(send, 7)
