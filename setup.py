@@ -4,6 +4,7 @@ MPI: by default the headers and libmpi of the ``mpich`` wheel installed in this 
 environment.  For a cluster's own MPI set MPICC to its compiler wrapper (``MPICC=mpicc
 pip install .``): its flags are read from ``mpicc -show`` (MPICH) or ``--showme`` (Open MPI).
 """
+import glob
 import os
 import shlex
 import subprocess
@@ -49,7 +50,8 @@ def mpi_flags():
 def extension(name, sources, mpi=False):
     kw = mpi_flags() if mpi else dict(include_dirs=[], library_dirs=[], libraries=[])
     kw["include_dirs"] = ["csrc", mpi4py.get_include(), numpy.get_include()] + kw["include_dirs"]
-    return Extension(name, sources, extra_compile_args=CFLAGS, **kw)
+    depends = sorted(glob.glob("csrc/*.h"))
+    return Extension(name, sources, extra_compile_args=CFLAGS, depends=depends, **kw)
 
 
 EXTENSIONS = [

@@ -50,14 +50,15 @@ def _source(x, residual):
 
 
 def _lanesum(v, bucket, square):
-    """Per-bucket sum of v^2 or |v| in double, in csrc/quantize.c's order (LANES lanes, then halves)."""
+    """Per-bucket sums in csrc/quantize.c's order (LANES lanes, then halves): v^2 in double
+    (square), or |v| in v's own type."""
     n = len(v)
     starts, counts = _buckets(n, bucket)
     width = -(-bucket // LANES) * LANES
-    w = v.astype(np.float64)
+    w = v.astype(np.float64) if square else v
     w = w * w if square else np.abs(w)
     g = np.arange(n)
-    padded = np.zeros(len(starts) * width)
+    padded = np.zeros(len(starts) * width, w.dtype)
     padded[(g // bucket) * width + g % bucket] = w
     lanes = np.cumsum(padded.reshape(len(starts), width // LANES, LANES), axis=1)[:, -1, :]
     while lanes.shape[1] > 1:
@@ -125,16 +126,18 @@ def int8_compress(x, bucket, q, scales, stochastic=False, seed=0, residual=None)
     starts, counts = _buckets(n, bucket)
     inv, amax = _bucket_scale(np.maximum.reduceat(np.abs(v), starts), 127, t)
     scales[...] = amax / t(127)
-    y = v * np.repeat(inv, counts)
-    if stochastic:
-        y += rng_uniform(seed, 0, n, x.dtype)
-        np.floor(y, out=y)
-    else:
-        np.rint(y, out=y)
-    np.clip(y, -127, 127, out=y)
-    q[...] = y.astype(np.int8)
-    if residual is not None:
-        residual -= q.astype(t) * np.repeat(scales, counts)
+    with np.errstate(invalid="ignore"):  # non-finite v, as in C: no warning
+        y = v * np.repeat(inv, counts)
+        if stochastic:
+            y += rng_uniform(seed, 0, n, x.dtype)
+            np.floor(y, out=y)
+        else:
+            np.rint(y, out=y)
+        y[np.isnan(y)] = -127  # a non-finite v: x86's float-to-int conversion gives INT_MIN
+        np.clip(y, -127, 127, out=y)
+        q[...] = y.astype(np.int8)
+        if residual is not None:
+            residual -= q.astype(t) * np.repeat(scales, counts)
 
 
 def _int8_unpack(q, scales, bucket, out, accumulate, kind="int8", levels=None):
@@ -198,7 +201,7 @@ def sign_compress(x, bucket, bits, mags, residual=None):
         return
     v = _source(x, residual)
     total, counts = _lanesum(v, bucket, False)
-    mags[...] = (total / counts).astype(x.dtype)
+    mags[...] = (total.astype(np.float64) / counts).astype(x.dtype)
     bits[...] = np.packbits(v >= 0, bitorder="little")
     if residual is not None:
         residual -= _signs(bits, mags, bucket, n)

@@ -4,24 +4,29 @@
  *   fp16:  h = half(v * scale), overflow when some h is not finite; decompress h / scale
  *          as float(h) * (1 / scale).
  *   int8:  amax = max |v| over the bucket, inv = 127 / amax (0 when amax is 0 or 127 / amax
- *          overflows), q = rint(v * inv) or floor(v * inv + u), clamped to [-127, 127];
+ *          overflows), q = rint(v * inv) or floor(v * inv + u), clamped to [-127, 127]
+ *          (a NaN product, from a non-finite v, converts to INT_MIN and so gives -127);
  *          decompress q * (amax / 127).
  *   qsgd:  norm = ||v||_2 over the bucket (squares summed in double over 32 interleaved
- *          lanes, lane j taking elements j, j+32, ..., see fold()), inv = s / norm,
+ *          lanes, lane j taking elements j, j+32, ..., then folded, see FOLD), inv = s / norm,
  *          q = sign(v) * min(floor(|v| * inv + u), s); decompress q * (norm / s).
- *   sign:  mag = mean |v| over the bucket (same summation), bit i = (v_i >= 0), bits packed
- *          8 per byte, element 8j+k in bit k of byte j; decompress +mag or -mag.
+ *   sign:  mag = mean |v| over the bucket, |v| summed the same way but in the element type,
+ *          bit i = (v_i >= 0), bits packed 8 per byte, element 8j+k in bit k of byte j;
+ *          decompress +mag or -mag.
  * u is element i's uniform from rng.h.  Arithmetic is in the element type, products are
  * never contracted into fused multiply-adds, so the NumPy statement gives the same bits.
  * (no-trapping-math only lets floor() vectorise; it changes no result.)
  * Each entry point is cloned for AVX-512, AVX2 and baseline x86-64 (picked at load time) with
- * its per-bucket loops inlined into every clone; sign packing (fused with the sum of |v|)
- * and unpacking of floats use AVX2 movemask/blend directly, which the vectoriser does not find. */
+ * its per-bucket steps inlined into every clone.  For floats, deterministic int8 packing
+ * (AVX-512), sign packing fused with the sum of |v| and unpacking (AVX2 and AVX-512) are
+ * written with intrinsics, which reach what the vectoriser does not: masked tails, movemask,
+ * one fused pass. */
 #pragma GCC optimize("fp-contract=off", "no-trapping-math")
 #include <math.h>
 #include <string.h>
 #include <immintrin.h>
 #include "compress.h"
+#include "cpu.h"
 #include "rng.h"
 
 #define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -78,16 +83,6 @@ static void fp16_unpack_f16c(const uint16_t *restrict h, size_t n, float scale, 
     }
 }
 
-static int have_f16c(void)
-{
-    static int cached = -1;
-    if (cached < 0) {
-        __builtin_cpu_init();
-        cached = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
-    }
-    return cached;
-}
-
 static inline uint16_t half_bits(_Float16 h)
 {
     uint16_t b;
@@ -133,13 +128,13 @@ FP16(f64, double)
 
 int ck_fp16_pack_f32(const float *x, size_t n, float scale, uint16_t *h, float *res)
 {
-    return have_f16c() ? fp16_pack_f16c(x, n, scale, h, res)
+    return ck_have_f16c() ? fp16_pack_f16c(x, n, scale, h, res)
                        : fp16_pack_generic_f32(x, n, scale, h, res);
 }
 
 void ck_fp16_unpack_f32(const uint16_t *h, size_t n, float scale, float *dst, int accumulate)
 {
-    if (have_f16c())
+    if (ck_have_f16c())
         fp16_unpack_f16c(h, n, scale, dst, accumulate);
     else
         fp16_unpack_generic_f32(h, n, scale, dst, accumulate);
@@ -156,28 +151,31 @@ void ck_fp16_unpack_f64(const uint16_t *h, size_t n, double scale, double *dst, 
     fp16_unpack_generic_f64(h, n, scale, dst, accumulate);
 }
 
-/* ---- bucketed quantizers ---------------------------------------------------------------- */
+/* ---- bucketed quantizers: per-bucket steps in the element type T -------------------------- */
 
-/* Bucket sums run over LANES interleaved double accumulators (independent add chains), lane
- * j taking elements j, j + LANES, ...; then halves are added, l[j] += l[j + w] for
- * w = 16, 8, 4, 2, 1 (whole vectors first, which is cheap in SIMD registers). */
+/* Bucket sums run over LANES interleaved accumulators (independent add chains), lane j
+ * taking elements j, j + LANES, ... in turn; then halves are added, l[j] += l[j + w] for
+ * w = 16, 8, 4, 2, 1, which is also how SIMD registers fold. */
 #define LANES 32
 
-static double fold(double *l)
-{
-    for (int w = LANES / 2; w >= 1; w /= 2)
-        for (int j = 0; j < w; j++)
-            l[j] += l[j + w];
-    return l[0];
-}
+#define FOLD(SUF, A)                                                                         \
+    static inline A fold_##SUF(A *l)                                                         \
+    {                                                                                        \
+        for (int w = LANES / 2; w >= 1; w /= 2)                                              \
+            for (int j = 0; j < w; j++)                                                      \
+                l[j] += l[j + w];                                                            \
+        return l[0];                                                                         \
+    }
+FOLD(f32, float)
+FOLD(f64, double)
 
 typedef uint32_t __attribute__((may_alias)) alias_u32;
 typedef uint64_t __attribute__((may_alias)) alias_u64;
 
-#define BUCKETED(SUF, T, UT, ALIAS, ABSMASK, RINT, FLOOR, SIGNPACK, SIGNVALS)                                     \
+#define BUCKET_STEPS(SUF, T, UT, ALIAS, ABSMASK, RINT, FLOOR)                                \
     /* max |v| through the bit patterns: an integer max reduction vectorises, a float one    \
      * does not without -ffast-math, and the order of non-negative floats is their bits'. */ \
-    INLINE T amax_##SUF(const T *restrict v, size_t m)                                \
+    INLINE T amax_##SUF(const T *restrict v, size_t m)                                       \
     {                                                                                        \
         const ALIAS *b = (const ALIAS *)v;                                                   \
         UT hi = 0;                                                                           \
@@ -189,29 +187,44 @@ typedef uint64_t __attribute__((may_alias)) alias_u64;
         memcpy(&r, &hi, sizeof r);                                                           \
         return r;                                                                            \
     }                                                                                        \
-    /* Sum of |v| (square = 0) or of v^2 (square = 1) in double, in the order fixed above. */ \
-    INLINE double lanesum_##SUF(const T *restrict v, size_t m, int square)            \
+    /* inv = top / *amax; both it and *amax become 0 when *amax is 0 or inv overflows. */    \
+    INLINE T safe_inv_##SUF(T *amax, T top)                                                  \
+    {                                                                                        \
+        T inv = top / *amax;                                                                 \
+        if (*amax == 0 || isinf(inv))                                                        \
+            *amax = 0, inv = 0;                                                              \
+        return inv;                                                                          \
+    }                                                                                        \
+    /* Sum of v^2 in double lanes (QSGD's norm). */                                          \
+    INLINE double sumsq_##SUF(const T *restrict v, size_t m)                                 \
     {                                                                                        \
         double l[LANES] = {0};                                                               \
         size_t i = 0;                                                                        \
-        if (square)                                                                          \
-            for (; i + LANES <= m; i += LANES)                                               \
-                for (int j = 0; j < LANES; j++)                                              \
-                    l[j] += (double)v[i + j] * (double)v[i + j];                             \
-        else                                                                                 \
-            for (; i + LANES <= m; i += LANES)                                               \
-                for (int j = 0; j < LANES; j++)                                              \
-                    l[j] += fabs((double)v[i + j]);                                          \
+        for (; i + LANES <= m; i += LANES)                                                   \
+            for (int j = 0; j < LANES; j++)                                                  \
+                l[j] += (double)v[i + j] * (double)v[i + j];                                 \
         for (int j = 0; i < m; i++, j++)                                                     \
-            l[j] += square ? (double)v[i] * (double)v[i] : fabs((double)v[i]);               \
-        return fold(l);                                                                      \
+            l[j] += (double)v[i] * (double)v[i];                                             \
+        return fold_f64(l);                                                                  \
     }                                                                                        \
-    INLINE void add_##SUF(T *restrict r, const T *restrict x, size_t m)               \
+    /* Sum of |v| in lanes of T (the sign quantizer's magnitude). */                         \
+    INLINE T sumabs_##SUF(const T *restrict v, size_t m)                                     \
+    {                                                                                        \
+        T l[LANES] = {0};                                                                    \
+        size_t i = 0;                                                                        \
+        for (; i + LANES <= m; i += LANES)                                                   \
+            for (int j = 0; j < LANES; j++)                                                  \
+                l[j] += v[i + j] < 0 ? -v[i + j] : v[i + j];                                 \
+        for (int j = 0; i < m; i++, j++)                                                     \
+            l[j] += v[i] < 0 ? -v[i] : v[i];                                                 \
+        return fold_##SUF(l);                                                                \
+    }                                                                                        \
+    INLINE void add_##SUF(T *restrict r, const T *restrict x, size_t m)                      \
     {                                                                                        \
         for (size_t i = 0; i < m; i++)                                                       \
             r[i] += x[i];                                                                    \
     }                                                                                        \
-    INLINE void qround_##SUF(const T *restrict v, size_t m, T inv, int8_t *restrict q) \
+    INLINE void qround_##SUF(const T *restrict v, size_t m, T inv, int8_t *restrict q)       \
     {                                                                                        \
         for (size_t i = 0; i < m; i++) {                                                     \
             int32_t t = (int32_t)RINT(v[i] * inv);                                           \
@@ -219,8 +232,8 @@ typedef uint64_t __attribute__((may_alias)) alias_u64;
             q[i] = (int8_t)(t < -127 ? -127 : t);                                            \
         }                                                                                    \
     }                                                                                        \
-    INLINE void qstoch_##SUF(const T *restrict v, size_t m, T inv, uint64_t seed,     \
-                                    uint64_t first, int8_t *restrict q)                      \
+    INLINE void qstoch_##SUF(const T *restrict v, size_t m, T inv, uint64_t seed,            \
+                             uint64_t first, int8_t *restrict q)                             \
     {                                                                                        \
         uint32_t c0 = (uint32_t)first;                                                       \
         for (uint32_t i = 0; i < (uint32_t)m; i++) {                                         \
@@ -230,8 +243,8 @@ typedef uint64_t __attribute__((may_alias)) alias_u64;
             q[i] = (int8_t)(t < -127 ? -127 : t);                                            \
         }                                                                                    \
     }                                                                                        \
-    INLINE void qsgd_levels_##SUF(const T *restrict v, size_t m, T inv, int32_t levels,\
-                                         uint64_t seed, uint64_t first, int8_t *restrict q)  \
+    INLINE void qsgd_levels_##SUF(const T *restrict v, size_t m, T inv, int32_t levels,      \
+                                  uint64_t seed, uint64_t first, int8_t *restrict q)         \
     {                                                                                        \
         uint32_t c0 = (uint32_t)first;                                                       \
         for (uint32_t i = 0; i < (uint32_t)m; i++) {                                         \
@@ -243,8 +256,8 @@ typedef uint64_t __attribute__((may_alias)) alias_u64;
         }                                                                                    \
     }                                                                                        \
     /* d = q * scale, d += q * scale (accumulate > 0) or d -= q * scale (accumulate < 0). */ \
-    INLINE void deq_##SUF(const int8_t *restrict q, size_t m, T scale, T *restrict d, \
-                                 int accumulate)                                             \
+    INLINE void deq_##SUF(const int8_t *restrict q, size_t m, T scale, T *restrict d,        \
+                          int accumulate)                                                    \
     {                                                                                        \
         if (accumulate > 0)                                                                  \
             for (size_t i = 0; i < m; i++)                                                   \
@@ -256,178 +269,226 @@ typedef uint64_t __attribute__((may_alias)) alias_u64;
             for (size_t i = 0; i < m; i++)                                                   \
                 d[i] = (T)q[i] * scale;                                                      \
     }                                                                                        \
-    INLINE void signbits_##SUF(const T *restrict v, size_t m, uint8_t *restrict bits) \
+    /* One int8 bucket: v = x (+ res, kept in res), scale and q, then res -= q * scale. */   \
+    INLINE void int8_bucket_##SUF(const T *x, T *res, size_t m, int stochastic,              \
+                                  uint64_t seed, uint64_t first, T *scale, int8_t *q)        \
     {                                                                                        \
-        size_t j = 0;                                                                        \
-        for (; 8 * j + 8 <= m; j++) {                                                        \
+        const T *v = x;                                                                      \
+        if (res) {                                                                           \
+            add_##SUF(res, x, m);                                                            \
+            v = res;                                                                         \
+        }                                                                                    \
+        T amax = amax_##SUF(v, m), inv = safe_inv_##SUF(&amax, (T)127);                      \
+        *scale = amax / 127;                                                                 \
+        if (stochastic)                                                                      \
+            qstoch_##SUF(v, m, inv, seed, first, q);                                         \
+        else                                                                                 \
+            qround_##SUF(v, m, inv, q);                                                      \
+        if (res)                                                                             \
+            deq_##SUF(q, m, *scale, res, -1);                                                \
+    }                                                                                        \
+    /* Sign bits of v and the sum of |v|. */                                                 \
+    INLINE T signpack_##SUF(const T *restrict v, size_t m, uint8_t *restrict bits)           \
+    {                                                                                        \
+        for (size_t j = 0; 8 * j < m; j++) {                                                 \
             unsigned b = 0;                                                                  \
-            for (int k = 0; k < 8; k++)                                                      \
+            for (size_t k = 0; k < 8 && 8 * j + k < m; k++)                                  \
                 b |= (unsigned)(v[8 * j + k] >= 0) << k;                                     \
             bits[j] = (uint8_t)b;                                                            \
         }                                                                                    \
-        if (8 * j < m) {                                                                     \
-            unsigned b = 0;                                                                  \
-            for (int k = 0; 8 * j + k < m; k++)                                              \
-                b |= (unsigned)(v[8 * j + k] >= 0) << k;                                     \
-            bits[j] = (uint8_t)b;                                                            \
-        }                                                                                    \
+        return sumabs_##SUF(v, m);                                                           \
     }                                                                                        \
     /* d = +-mag, d += +-mag (accumulate > 0), d -= +-mag (accumulate < 0). */               \
-    INLINE void signvals_##SUF(const uint8_t *restrict bits, size_t m, T mag,         \
-                                      T *restrict d, int accumulate)                         \
+    INLINE void signvals_##SUF(const uint8_t *restrict bits, size_t m, T mag,                \
+                               T *restrict d, int accumulate)                                \
     {                                                                                        \
         for (size_t i = 0; i < m; i++) {                                                     \
             T s = (bits[i >> 3] >> (i & 7)) & 1 ? mag : -mag;                                \
             d[i] = accumulate > 0 ? d[i] + s : accumulate < 0 ? d[i] - s : s;                \
         }                                                                                    \
-    }                                                                                        \
-                                                                                             \
-    CLONES void ck_int8_pack_##SUF(const T *x, size_t n, size_t bucket, int stochastic,             \
-                            uint64_t seed, int8_t *q, T *scales, T *res)                     \
-    {                                                                                        \
-        for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++) {                              \
-            size_t m = n - b0 < bucket ? n - b0 : bucket;                                    \
-            const T *v = x + b0;                                                             \
-            if (res) {                                                                       \
-                add_##SUF(res + b0, x + b0, m);                                              \
-                v = res + b0;                                                                \
-            }                                                                                \
-            T amax = amax_##SUF(v, m), inv = (T)127 / amax;                                  \
-            if (amax == 0 || isinf(inv))                                                     \
-                inv = 0, amax = 0;                                                           \
-            scales[k] = amax / 127;                                                          \
-            if (stochastic)                                                                  \
-                qstoch_##SUF(v, m, inv, seed, b0, q + b0);                                   \
-            else                                                                             \
-                qround_##SUF(v, m, inv, q + b0);                                             \
-            if (res)                                                                         \
-                deq_##SUF(q + b0, m, scales[k], res + b0, -1);                               \
-        }                                                                                    \
-    }                                                                                        \
-    CLONES void ck_int8_unpack_##SUF(const int8_t *q, const T *scales, size_t n, size_t bucket,     \
-                              T *dst, int accumulate)                                        \
-    {                                                                                        \
-        for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++)                                \
-            deq_##SUF(q + b0, n - b0 < bucket ? n - b0 : bucket, scales[k], dst + b0,        \
-                      accumulate);                                                           \
-    }                                                                                        \
-    CLONES void ck_qsgd_pack_##SUF(const T *x, size_t n, size_t bucket, int levels, uint64_t seed,  \
-                            int8_t *q, T *norms, T *res)                                     \
-    {                                                                                        \
-        T s = (T)levels;                                                                     \
-        for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++) {                              \
-            size_t m = n - b0 < bucket ? n - b0 : bucket;                                    \
-            const T *v = x + b0;                                                             \
-            if (res) {                                                                       \
-                add_##SUF(res + b0, x + b0, m);                                              \
-                v = res + b0;                                                                \
-            }                                                                                \
-            T norm = (T)sqrt(lanesum_##SUF(v, m, 1)), inv = s / norm;                        \
-            if (norm == 0 || isinf(inv))                                                     \
-                inv = 0, norm = 0;                                                           \
-            norms[k] = norm;                                                                 \
-            qsgd_levels_##SUF(v, m, inv, levels, seed, b0, q + b0);                          \
-            if (res)                                                                         \
-                deq_##SUF(q + b0, m, norm / s, res + b0, -1);                                \
-        }                                                                                    \
-    }                                                                                        \
-    CLONES void ck_qsgd_unpack_##SUF(const int8_t *q, const T *norms, size_t n, size_t bucket,      \
-                              int levels, T *dst, int accumulate)                            \
-    {                                                                                        \
-        for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++)                                \
-            deq_##SUF(q + b0, n - b0 < bucket ? n - b0 : bucket, norms[k] / (T)levels,       \
-                      dst + b0, accumulate);                                                 \
-    }                                                                                        \
-    CLONES void ck_sign_pack_##SUF(const T *x, size_t n, size_t bucket, uint8_t *bits, T *mags,     \
-                            T *res)                                                          \
-    {                                                                                        \
-        for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++) {                              \
-            size_t m = n - b0 < bucket ? n - b0 : bucket;                                    \
-            const T *v = x + b0;                                                             \
-            if (res) {                                                                       \
-                add_##SUF(res + b0, x + b0, m);                                              \
-                v = res + b0;                                                                \
-            }                                                                                \
-            mags[k] = (T)(SIGNPACK(v, m, bits + b0 / 8) / (double)m);                        \
-            if (res)                                                                         \
-                SIGNVALS(bits + b0 / 8, m, mags[k], res + b0, -1);                           \
-        }                                                                                    \
-    }                                                                                        \
-    CLONES void ck_sign_unpack_##SUF(const uint8_t *bits, const T *mags, size_t n, size_t bucket,   \
-                              T *dst, int accumulate)                                        \
-    {                                                                                        \
-        for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++)                                \
-            SIGNVALS(bits + b0 / 8, n - b0 < bucket ? n - b0 : bucket, mags[k], dst + b0,    \
-                     accumulate);                                                            \
     }
 
-/* Sign bits and the lane sums of |v| for floats in one pass, 32 at a time: a compare and a
- * movemask per byte; |v| widened into eight 4-double accumulators, the lanes lanesum fixes. */
-__attribute__((target("avx2")))
-static double signpack_avx2(const float *restrict v, size_t m, uint8_t *restrict bits)
+BUCKET_STEPS(f32, float, uint32_t, alias_u32, 0x7fffffffU, rintf, floorf)
+BUCKET_STEPS(f64, double, uint64_t, alias_u64, 0x7fffffffffffffffULL, rint, floor)
+
+/* ---- hand-vectorised float steps ---------------------------------------------------------- */
+
+static inline __mmask16 tail16(size_t r)
 {
-    const __m256 zero = _mm256_setzero_ps();
-    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    __m256d acc[8];
-    for (int a = 0; a < 8; a++)
-        acc[a] = _mm256_setzero_pd();
-    size_t i = 0;
-    for (; i + LANES <= m; i += LANES)
-        for (int g = 0; g < 4; g++) {
-            __m256 x = _mm256_loadu_ps(v + i + 8 * g);
-            bits[(i >> 3) + g] = (uint8_t)_mm256_movemask_ps(_mm256_cmp_ps(x, zero, _CMP_GE_OQ));
-            __m256 a = _mm256_and_ps(x, absmask);
-            acc[2 * g] = _mm256_add_pd(acc[2 * g], _mm256_cvtps_pd(_mm256_castps256_ps128(a)));
-            acc[2 * g + 1] = _mm256_add_pd(acc[2 * g + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)));
-        }
-    double l[LANES];
-    for (int a = 0; a < 8; a++)
-        _mm256_storeu_pd(l + 4 * a, acc[a]);
-    for (int j = 0; i < m; i++, j++) {
-        if (!(i & 7))
-            bits[i >> 3] = 0;
-        bits[i >> 3] |= (uint8_t)((v[i] >= 0) << (i & 7));
-        l[j] += fabs((double)v[i]);
-    }
-    return fold(l);
+    return r >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << r) - 1);
 }
 
-/* The same with AVX-512: a mask compare gives 16 sign bits, 8 floats widen in one go. */
+/* One int8 bucket of floats, deterministic rounding, with AVX-512 (F and BW).  Pass 1 forms
+ * v (into res under error feedback) and max |v|, an integer max of bit patterns; pass 2, over
+ * the bucket now in L1, rounds in the default nearest-even mode (rintf's), clamps, updates
+ * res, and narrows 64 at a time with two saturating packs and one lane permutation.  The same
+ * numbers as int8_bucket_f32; short remainders use masked loads and stores. */
+__attribute__((target("avx512f,avx512bw")))
+static inline __m512 v16_avx512(const float *x, float *res, __mmask16 k)
+{
+    __m512 v = _mm512_maskz_loadu_ps(k, x);
+    if (res) {
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, res));
+        _mm512_mask_storeu_ps(res, k, v);
+    }
+    return v;
+}
+
+__attribute__((target("avx512f,avx512bw")))
+static inline __m512i q16_avx512(const float *v, __m512 inv, __m512 scale, float *res,
+                                 __mmask16 k)
+{
+    __m512 y = _mm512_maskz_loadu_ps(k, v);
+    __m512i t = _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(y, inv)), _mm512_set1_epi32(-127));
+    if (res) {
+        t = _mm512_min_epi32(t, _mm512_set1_epi32(127));
+        _mm512_mask_storeu_ps(res, k, _mm512_sub_ps(y, _mm512_mul_ps(_mm512_cvtepi32_ps(t), scale)));
+    }
+    return t; /* without res, above 127 only where the narrowing saturates */
+}
+
+__attribute__((target("avx512f,avx512bw"))) INLINE void
+int8_bucket_avx512_body(const float *x, float *res, size_t m, float *scale, int8_t *q)
+{
+    const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
+    __m512i h0 = _mm512_setzero_si512(), h1 = _mm512_setzero_si512();
+    size_t i = 0;
+    for (; i + 32 <= m; i += 32) {
+        __m512 a = v16_avx512(x + i, res ? res + i : NULL, 0xffff);
+        __m512 b = v16_avx512(x + i + 16, res ? res + i + 16 : NULL, 0xffff);
+        h0 = _mm512_max_epu32(h0, _mm512_and_si512(_mm512_castps_si512(a), absmask));
+        h1 = _mm512_max_epu32(h1, _mm512_and_si512(_mm512_castps_si512(b), absmask));
+    }
+    for (; i < m; i += 16) {
+        __m512 a = v16_avx512(x + i, res ? res + i : NULL, tail16(m - i));
+        h0 = _mm512_max_epu32(h0, _mm512_and_si512(_mm512_castps_si512(a), absmask));
+    }
+    uint32_t top = _mm512_reduce_max_epu32(_mm512_max_epu32(h0, h1));
+    float amax;
+    memcpy(&amax, &top, sizeof amax);
+    float inv1 = safe_inv_f32(&amax, 127);
+    *scale = amax / 127;
+    const float *v = res ? res : x;
+    const __m512 inv = _mm512_set1_ps(inv1), sc = _mm512_set1_ps(*scale);
+    /* packs interleave 128-bit lanes: dword j of the result holds bytes of group j % 4 */
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    for (i = 0; i + 64 <= m; i += 64) {
+        __m512i t[4];
+        for (int g = 0; g < 4; g++)
+            t[g] = q16_avx512(v + i + 16 * g, inv, sc, res ? res + i + 16 * g : NULL, 0xffff);
+        __m512i w = _mm512_packs_epi16(_mm512_packs_epi32(t[0], t[1]), _mm512_packs_epi32(t[2], t[3]));
+        _mm512_storeu_si512(q + i, _mm512_permutexvar_epi32(order, w));
+    }
+    for (; i < m; i += 16) {
+        __mmask16 k = tail16(m - i);
+        _mm512_mask_cvtsepi32_storeu_epi8(q + i, k, q16_avx512(v + i, inv, sc, res ? res + i : NULL, k));
+    }
+}
+
+/* The body compiled twice, with and without error feedback. */
+__attribute__((target("avx512f,avx512bw")))
+static void int8_bucket_avx512(const float *x, float *res, size_t m, float *scale, int8_t *q)
+{
+    if (res)
+        int8_bucket_avx512_body(x, res, m, scale, q);
+    else
+        int8_bucket_avx512_body(x, NULL, m, scale, q);
+}
+
+/* deq_f32 with AVX-512: 16 int8 widened, converted and scaled at a time. */
 __attribute__((target("avx512f")))
-static double signpack_avx512(const float *restrict v, size_t m, uint8_t *restrict bits)
+static void deq_avx512(const int8_t *restrict q, size_t m, float scale, float *restrict d,
+                       int accumulate)
 {
-    const __m512 zero = _mm512_setzero_ps();
-    __m512d acc[4];
-    for (int a = 0; a < 4; a++)
-        acc[a] = _mm512_setzero_pd();
+    const __m512 s = _mm512_set1_ps(scale);
     size_t i = 0;
-    for (; i + LANES <= m; i += LANES)
-        for (int g = 0; g < 2; g++) {
-            __m512 x = _mm512_loadu_ps(v + i + 16 * g);
-            uint16_t mask = (uint16_t)_mm512_cmp_ps_mask(x, zero, _CMP_GE_OQ);
-            memcpy(bits + (i >> 3) + 2 * g, &mask, 2);
-            __m512 a = _mm512_abs_ps(x);
-            __m256 top = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
-            acc[2 * g] = _mm512_add_pd(acc[2 * g], _mm512_cvtps_pd(_mm512_castps512_ps256(a)));
-            acc[2 * g + 1] = _mm512_add_pd(acc[2 * g + 1], _mm512_cvtps_pd(top));
-        }
-    if (i == m) {
-        __m512d h = _mm512_add_pd(_mm512_add_pd(acc[0], acc[2]), _mm512_add_pd(acc[1], acc[3]));
-        __m256d q = _mm256_add_pd(_mm512_castpd512_pd256(h), _mm512_extractf64x4_pd(h, 1));
-        __m128d d = _mm_add_pd(_mm256_castpd256_pd128(q), _mm256_extractf128_pd(q, 1));
-        return _mm_cvtsd_f64(_mm_add_sd(d, _mm_unpackhi_pd(d, d)));
+    for (; i + 16 <= m; i += 16) {
+        __m512 v = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + i)))), s);
+        if (accumulate > 0)
+            v = _mm512_add_ps(_mm512_loadu_ps(d + i), v);
+        else if (accumulate < 0)
+            v = _mm512_sub_ps(_mm512_loadu_ps(d + i), v);
+        _mm512_storeu_ps(d + i, v);
     }
-    double l[LANES];
-    for (int a = 0; a < 4; a++)
-        _mm512_storeu_pd(l + 8 * a, acc[a]);
-    for (int j = 0; i < m; i++, j++) {
-        if (!(i & 7))
-            bits[i >> 3] = 0;
-        bits[i >> 3] |= (uint8_t)((v[i] >= 0) << (i & 7));
-        l[j] += fabs((double)v[i]);
-    }
-    return fold(l);
+    deq_f32(q + i, m - i, scale, d + i, accumulate);
 }
+
+/* Sign packing of floats fused with the lane sums of |v|, one group of LANES = 32 floats at
+ * a time: signgroup_<isa> writes the group's 4 bytes of bits and adds |v| into the lane
+ * accumulators, fold_<isa> adds the lanes in fold_f32's order.  A short last group is run
+ * on a copy padded with +0, which leaves every sum as it is, and only its real bits are kept. */
+__attribute__((target("avx2")))
+static inline void signgroup_avx2(const float *v, uint8_t *bits, __m256 *acc)
+{
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int g = 0; g < 4; g++) {
+        __m256 x = _mm256_loadu_ps(v + 8 * g);
+        bits[g] = (uint8_t)_mm256_movemask_ps(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ));
+        acc[g] = _mm256_add_ps(acc[g], _mm256_and_ps(x, absmask));
+    }
+}
+
+/* Lanes 0..7 folded: w = 4, 2, 1. */
+__attribute__((target("avx2")))
+static inline float fold8(__m256 s)
+{
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_add_ss(x, _mm_shuffle_ps(x, x, 1)));
+}
+
+/* acc[g] holds lanes 8g..8g+7: w = 16 adds acc[2], acc[3] into acc[0], acc[1]; w = 8 adds those. */
+__attribute__((target("avx2")))
+static inline float fold_avx2(__m256 *acc)
+{
+    return fold8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3])));
+}
+
+__attribute__((target("avx512f")))
+static inline void signgroup_avx512f(const float *v, uint8_t *bits, __m512 *acc)
+{
+    for (int g = 0; g < 2; g++) {
+        __m512 x = _mm512_loadu_ps(v + 16 * g);
+        uint16_t mask = (uint16_t)_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
+        memcpy(bits + 2 * g, &mask, 2);
+        acc[g] = _mm512_add_ps(acc[g], _mm512_abs_ps(x));
+    }
+}
+
+/* acc[0] holds lanes 0..15, acc[1] lanes 16..31. */
+__attribute__((target("avx512f")))
+static inline float fold_avx512f(__m512 *acc)
+{
+    __m512 s = _mm512_add_ps(acc[0], acc[1]);
+    __m256 top = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1));
+    return fold8(_mm256_add_ps(_mm512_castps512_ps256(s), top));
+}
+
+#define SIGNPACK_SIMD(ISA, VEC, NACC, ZERO)                                                  \
+    __attribute__((target(#ISA)))                                                            \
+    static float signpack_##ISA(const float *restrict v, size_t m, uint8_t *restrict bits)   \
+    {                                                                                        \
+        VEC acc[NACC];                                                                       \
+        for (int a = 0; a < NACC; a++)                                                       \
+            acc[a] = ZERO();                                                                 \
+        size_t i = 0;                                                                        \
+        for (; i + LANES <= m; i += LANES)                                                   \
+            signgroup_##ISA(v + i, bits + i / 8, acc);                                       \
+        if (i < m) {                                                                         \
+            float pad[LANES] = {0};                                                          \
+            uint8_t last[LANES / 8];                                                         \
+            memcpy(pad, v + i, (m - i) * sizeof *pad);                                       \
+            signgroup_##ISA(pad, last, acc);                                                 \
+            for (size_t b = 0; 8 * b < m - i; b++)                                           \
+                bits[i / 8 + b] = 8 * b + 8 <= m - i ? last[b]                               \
+                                  : (uint8_t)(last[b] & ((1u << (m - i - 8 * b)) - 1));      \
+        }                                                                                    \
+        return fold_##ISA(acc);                                                              \
+    }
+
+SIGNPACK_SIMD(avx2, __m256, 4, _mm256_setzero_ps)
+SIGNPACK_SIMD(avx512f, __m512, 2, _mm512_setzero_ps)
 
 /* +-mag from one byte: broadcast it, test bit k in lane k, blend. */
 __attribute__((target("avx2")))
@@ -446,31 +507,87 @@ static void signvals_avx2(const uint8_t *restrict bits, size_t m, float mag, flo
             s = _mm256_sub_ps(_mm256_loadu_ps(d + i), s);
         _mm256_storeu_ps(d + i, s);
     }
-    for (; i < m; i++) {
-        float s = (bits[i >> 3] >> (i & 7)) & 1 ? mag : -mag;
-        d[i] = accumulate > 0 ? d[i] + s : accumulate < 0 ? d[i] - s : s;
-    }
+    signvals_f32(bits + i / 8, m - i, mag, d + i, accumulate);
 }
 
-/* 2 with AVX-512F, 1 with AVX2, else 0. */
-static int simd_level(void)
-{
-    static int cached = -1;
-    if (cached < 0) {
-        __builtin_cpu_init();
-        cached = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
-    }
-    return cached;
-}
-
-#define SIGNPACK_GENERIC(SUF, v, m, bits) (signbits_##SUF(v, m, bits), lanesum_##SUF(v, m, 0))
+/* Per-bucket steps for each element type: floats take the hand-vectorised ones when the CPU
+ * has them (the stochastic int8 rounding vectorises well as it is). */
+#define INT8_BUCKET_F32(x, res, m, stochastic, seed, first, scale, q)                        \
+    (!(stochastic) && ck_simd_level() == 2                                                   \
+         ? int8_bucket_avx512(x, res, m, scale, q)                                           \
+         : int8_bucket_f32(x, res, m, stochastic, seed, first, scale, q))
+#define DEQ_F32(q, m, scale, d, acc)                                                         \
+    (ck_simd_level() == 2 ? deq_avx512(q, m, scale, d, acc) : deq_f32(q, m, scale, d, acc))
 #define SIGNPACK_F32(v, m, bits)                                                             \
-    (simd_level() == 2 ? signpack_avx512(v, m, bits)                                         \
-     : simd_level() == 1 ? signpack_avx2(v, m, bits) : SIGNPACK_GENERIC(f32, v, m, bits))
-#define SIGNPACK_F64(v, m, bits) SIGNPACK_GENERIC(f64, v, m, bits)
+    (ck_simd_level() == 2   ? signpack_avx512f(v, m, bits)                                   \
+     : ck_simd_level() == 1 ? signpack_avx2(v, m, bits)                                      \
+                            : signpack_f32(v, m, bits))
 #define SIGNVALS_F32(bits, m, mag, d, acc)                                                   \
-    (simd_level() ? signvals_avx2(bits, m, mag, d, acc) : signvals_f32(bits, m, mag, d, acc))
+    (ck_simd_level() ? signvals_avx2(bits, m, mag, d, acc) : signvals_f32(bits, m, mag, d, acc))
 
-BUCKETED(f32, float, uint32_t, alias_u32, 0x7fffffffU, rintf, floorf, SIGNPACK_F32, SIGNVALS_F32)
-BUCKETED(f64, double, uint64_t, alias_u64, 0x7fffffffffffffffULL, rint, floor, SIGNPACK_F64,
-         signvals_f64)
+/* ---- entry points ----------------------------------------------------------------------- */
+
+#define BUCKETED(SUF, T, INT8_BUCKET, DEQ, SIGNPACK, SIGNVALS)                                    \
+    CLONES void ck_int8_pack_##SUF(const T *x, size_t n, size_t bucket, int stochastic,      \
+                                   uint64_t seed, int8_t *q, T *scales, T *res)              \
+    {                                                                                        \
+        for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++)                                \
+            INT8_BUCKET(x + b0, res ? res + b0 : NULL, n - b0 < bucket ? n - b0 : bucket,    \
+                        stochastic, seed, b0, scales + k, q + b0);                           \
+    }                                                                                        \
+    CLONES void ck_int8_unpack_##SUF(const int8_t *q, const T *scales, size_t n,             \
+                                     size_t bucket, T *dst, int accumulate)                  \
+    {                                                                                        \
+        for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++)                                \
+            DEQ(q + b0, n - b0 < bucket ? n - b0 : bucket, scales[k], dst + b0, accumulate); \
+    }                                                                                        \
+    CLONES void ck_qsgd_pack_##SUF(const T *x, size_t n, size_t bucket, int levels,          \
+                                   uint64_t seed, int8_t *q, T *norms, T *res)               \
+    {                                                                                        \
+        T s = (T)levels;                                                                     \
+        for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++) {                              \
+            size_t m = n - b0 < bucket ? n - b0 : bucket;                                    \
+            const T *v = x + b0;                                                             \
+            if (res) {                                                                       \
+                add_##SUF(res + b0, x + b0, m);                                              \
+                v = res + b0;                                                                \
+            }                                                                                \
+            T norm = (T)sqrt(sumsq_##SUF(v, m)), inv = safe_inv_##SUF(&norm, s);             \
+            norms[k] = norm;                                                                 \
+            qsgd_levels_##SUF(v, m, inv, levels, seed, b0, q + b0);                          \
+            if (res)                                                                         \
+                deq_##SUF(q + b0, m, norm / s, res + b0, -1);                                \
+        }                                                                                    \
+    }                                                                                        \
+    CLONES void ck_qsgd_unpack_##SUF(const int8_t *q, const T *norms, size_t n,              \
+                                     size_t bucket, int levels, T *dst, int accumulate)      \
+    {                                                                                        \
+        for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++)                                \
+            DEQ(q + b0, n - b0 < bucket ? n - b0 : bucket, norms[k] / (T)levels, dst + b0,    \
+                accumulate);                                                 \
+    }                                                                                        \
+    CLONES void ck_sign_pack_##SUF(const T *x, size_t n, size_t bucket, uint8_t *bits,       \
+                                   T *mags, T *res)                                          \
+    {                                                                                        \
+        for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++) {                              \
+            size_t m = n - b0 < bucket ? n - b0 : bucket;                                    \
+            const T *v = x + b0;                                                             \
+            if (res) {                                                                       \
+                add_##SUF(res + b0, x + b0, m);                                              \
+                v = res + b0;                                                                \
+            }                                                                                \
+            mags[k] = (T)((double)SIGNPACK(v, m, bits + b0 / 8) / (double)m);                \
+            if (res)                                                                         \
+                SIGNVALS(bits + b0 / 8, m, mags[k], res + b0, -1);                           \
+        }                                                                                    \
+    }                                                                                        \
+    CLONES void ck_sign_unpack_##SUF(const uint8_t *bits, const T *mags, size_t n,           \
+                                     size_t bucket, T *dst, int accumulate)                  \
+    {                                                                                        \
+        for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++)                                \
+            SIGNVALS(bits + b0 / 8, n - b0 < bucket ? n - b0 : bucket, mags[k], dst + b0,    \
+                     accumulate);                                                            \
+    }
+
+BUCKETED(f32, float, INT8_BUCKET_F32, DEQ_F32, SIGNPACK_F32, SIGNVALS_F32)
+BUCKETED(f64, double, int8_bucket_f64, deq_f64, signpack_f64, signvals_f64)

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdbool.h>
 #include <immintrin.h>
+#include "cpu.h"
 #include "reduce.h"
 
 #define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -71,16 +72,6 @@ LOOP(prod_f16, f16, (f16)((float)a * (float)b))
 LOOP(min_f16, f16, ((float)b < (float)a) ? b : a)
 LOOP(max_f16, f16, ((float)b > (float)a) ? b : a)
 
-static int have_f16c(void)
-{
-    static int cached = -1;
-    if (cached < 0) {
-        __builtin_cpu_init();
-        cached = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
-    }
-    return cached;
-}
-
 __attribute__((target("avx,f16c")))
 static void sum_f16_f16c(f16 *restrict d, const f16 *restrict s, size_t n)
 {
@@ -96,7 +87,7 @@ static void sum_f16_f16c(f16 *restrict d, const f16 *restrict s, size_t n)
 
 static void sum_f16(f16 *restrict d, const f16 *restrict s, size_t n)
 {
-    (have_f16c() ? sum_f16_f16c : sum_f16_generic)(d, s, n);
+    (ck_have_f16c() ? sum_f16_f16c : sum_f16_generic)(d, s, n);
 }
 
 #define COMPLEX(SUF, T)                                                            \
@@ -221,5 +212,5 @@ static void widen_add_f16c(float *restrict acc, const f16 *restrict s, size_t n)
 
 void ck_sum_f16_f32(float *acc, const void *src, size_t n)
 {
-    (have_f16c() ? widen_add_f16c : widen_add_generic)(acc, src, n);
+    (ck_have_f16c() ? widen_add_f16c : widen_add_generic)(acc, src, n);
 }

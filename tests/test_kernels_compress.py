@@ -117,6 +117,33 @@ def test_int8(dtype, n, stochastic, ef):
         np.testing.assert_array_equal(res, v - deq)
 
 
+@pytest.mark.parametrize("bucket", [8, 16, 40, 512, 520])
+@pytest.mark.parametrize("ef", [False, True])
+def test_bucket_shapes(bucket, ef):
+    """Buckets shorter than, not a multiple of, and longer than the 16- and 32-float SIMD groups
+    of the hand-vectorised float paths, at lengths ending mid-group: int8 and sign agree with the
+    twin bit for bit, and the sign magnitude (summed in float32 lanes, at most bucket / 32 + 5
+    roundings of 2^-24 each plus the division's) is the mean |v|."""
+    for n in (bucket * 3 + 5, bucket * 4, 1):
+        x = data(n, np.float32, bucket)
+        x[:3] = np.array([np.inf, -0.0, 1e-42], np.float32)[:n]
+        res0 = data(n, np.float32, 7)
+        int8 = run_both("int8_compress", lambda: (x, bucket, np.empty(n, np.int8),
+                                                  np.empty(nb(n, bucket), np.float32), False, 0,
+                                                  res0.copy() if ef else None))
+        assert_same(int8)
+        x[0] = 5.0
+        sign = run_both("sign_compress", lambda: (x, bucket, np.empty(-(-n // 8), np.uint8),
+                                                  np.empty(nb(n, bucket), np.float32),
+                                                  res0.copy() if ef else None))
+        assert_same(sign)
+        _, (_, _, bits, mags, _) = sign[0]
+        v = (x + res0 if ef else x).astype(np.float64)
+        np.testing.assert_array_equal(bits, np.packbits(v >= 0, bitorder="little"))
+        want = [np.abs(v[i:i + bucket]).mean() for i in range(0, n, bucket)]
+        np.testing.assert_allclose(mags, want, rtol=(bucket / 32 + 6) * 2.0 ** -24)
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("n", LENGTHS)
 @pytest.mark.parametrize("ef", [False, True])
