@@ -172,6 +172,22 @@ FOLD(f64, double)
 typedef uint32_t __attribute__((may_alias)) alias_u32;
 typedef uint64_t __attribute__((may_alias)) alias_u64;
 
+/* Sum of TERM(v) over LANES lanes of type A, folded. */
+#define LANESUM(NAME, T, A, TERM, FOLD)                                                      \
+    INLINE A NAME(const T *restrict v, size_t m)                                             \
+    {                                                                                        \
+        A l[LANES] = {0};                                                                    \
+        size_t i = 0;                                                                        \
+        for (; i + LANES <= m; i += LANES)                                                   \
+            for (int j = 0; j < LANES; j++)                                                  \
+                l[j] += TERM(v[i + j]);                                                      \
+        for (int j = 0; i < m; i++, j++)                                                     \
+            l[j] += TERM(v[i]);                                                              \
+        return FOLD(l);                                                                      \
+    }
+#define SQUARE(e) ((double)(e) * (double)(e))
+#define ABS(e) ((e) < 0 ? -(e) : (e))
+
 #define BUCKET_STEPS(SUF, T, UT, ALIAS, ABSMASK, RINT, FLOOR)                                \
     /* max |v| through the bit patterns: an integer max reduction vectorises, a float one    \
      * does not without -ffast-math, and the order of non-negative floats is their bits'. */ \
@@ -195,30 +211,9 @@ typedef uint64_t __attribute__((may_alias)) alias_u64;
             *amax = 0, inv = 0;                                                              \
         return inv;                                                                          \
     }                                                                                        \
-    /* Sum of v^2 in double lanes (QSGD's norm). */                                          \
-    INLINE double sumsq_##SUF(const T *restrict v, size_t m)                                 \
-    {                                                                                        \
-        double l[LANES] = {0};                                                               \
-        size_t i = 0;                                                                        \
-        for (; i + LANES <= m; i += LANES)                                                   \
-            for (int j = 0; j < LANES; j++)                                                  \
-                l[j] += (double)v[i + j] * (double)v[i + j];                                 \
-        for (int j = 0; i < m; i++, j++)                                                     \
-            l[j] += (double)v[i] * (double)v[i];                                             \
-        return fold_f64(l);                                                                  \
-    }                                                                                        \
-    /* Sum of |v| in lanes of T (the sign quantizer's magnitude). */                         \
-    INLINE T sumabs_##SUF(const T *restrict v, size_t m)                                     \
-    {                                                                                        \
-        T l[LANES] = {0};                                                                    \
-        size_t i = 0;                                                                        \
-        for (; i + LANES <= m; i += LANES)                                                   \
-            for (int j = 0; j < LANES; j++)                                                  \
-                l[j] += v[i + j] < 0 ? -v[i + j] : v[i + j];                                 \
-        for (int j = 0; i < m; i++, j++)                                                     \
-            l[j] += v[i] < 0 ? -v[i] : v[i];                                                 \
-        return fold_##SUF(l);                                                                \
-    }                                                                                        \
+    /* Sums of v^2 in double lanes (QSGD's norm) and of |v| in lanes of T (sign's mean). */ \
+    LANESUM(sumsq_##SUF, T, double, SQUARE, fold_f64)                                        \
+    LANESUM(sumabs_##SUF, T, T, ABS, fold_##SUF)                                             \
     INLINE void add_##SUF(T *restrict r, const T *restrict x, size_t m)                      \
     {                                                                                        \
         for (size_t i = 0; i < m; i++)                                                       \
