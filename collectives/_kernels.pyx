@@ -7,12 +7,13 @@ from collectives._payload import check_blocks
 
 
 cdef class _Pair:
-    """dst and src buffers held for one call, with their element counts under one dtype."""
+    """dst and src buffers held for one call, with their element counts under one dtype
+    (which must be equal unless ``same`` is false)."""
     cdef Py_buffer d, s
     cdef bint held_d, held_s
     cdef size_t nd, ns
 
-    def __cinit__(self, dst, src, size_t size, str name):
+    def __cinit__(self, dst, src, size_t size, str name, bint same=True):
         PyObject_GetBuffer(dst, &self.d, PyBUF_ANY_CONTIGUOUS | PyBUF_WRITABLE)
         self.held_d = True
         PyObject_GetBuffer(src, &self.s, PyBUF_ANY_CONTIGUOUS)
@@ -22,6 +23,8 @@ cdef class _Pair:
                             f"elements of {size} bytes")
         self.nd = <size_t>self.d.len // size
         self.ns = <size_t>self.s.len // size
+        if same and self.nd != self.ns:
+            raise ValueError(f"{name}: dst has {self.d.len} bytes, src {self.s.len}")
 
     def __dealloc__(self):
         if self.held_s:
@@ -34,8 +37,6 @@ def reduce_into(dst, src, int dtype, int op):
     """dst[:] = op(dst, src) elementwise; ``dtype`` and ``op`` are kernel codes (collectives.ops)."""
     cdef _Pair p = _Pair(dst, src, ck_itemsize(dtype), "reduce_into")
     cdef int rc
-    if p.nd != p.ns:
-        raise ValueError(f"reduce_into: dst has {p.d.len} bytes, src {p.s.len}")
     with nogil:
         rc = ck_reduce(p.d.buf, p.s.buf, p.nd, dtype, op)
     if rc:
@@ -45,7 +46,7 @@ def reduce_into(dst, src, int dtype, int op):
 def reduce_blocks(dst, src, int dtype, int op, Py_ssize_t nblocks, Py_ssize_t blocklen,
                   Py_ssize_t dst_stride, Py_ssize_t src_stride):
     """dst[b*dst_stride:][:blocklen] = op(that, src[b*src_stride:][:blocklen]) for each block b."""
-    cdef _Pair p = _Pair(dst, src, ck_itemsize(dtype), "reduce_blocks")
+    cdef _Pair p = _Pair(dst, src, ck_itemsize(dtype), "reduce_blocks", False)
     cdef int rc
     check_blocks("dst", p.nd, nblocks, blocklen, dst_stride)
     check_blocks("src", p.ns, nblocks, blocklen, src_stride)
@@ -59,8 +60,6 @@ def reduce_scaled(dst, src, int dtype, double scale):
     """dst[:] = (dst + src) * scale for a float16/32/64 dtype code (float16 computed in float)."""
     cdef _Pair p = _Pair(dst, src, ck_itemsize(dtype), "reduce_scaled")
     cdef int rc
-    if p.nd != p.ns:
-        raise ValueError(f"reduce_scaled: dst has {p.d.len} bytes, src {p.s.len}")
     with nogil:
         rc = ck_reduce_scaled(p.d.buf, p.s.buf, p.nd, dtype, scale)
     if rc:
@@ -69,7 +68,7 @@ def reduce_scaled(dst, src, int dtype, double scale):
 
 def sum_f16_f32(float[::1] acc, src):
     """acc += src, float16 values summed into a float32 accumulator without rounding to half."""
-    cdef _Pair p = _Pair(acc, src, 2, "sum_f16_f32")
+    cdef _Pair p = _Pair(acc, src, 2, "sum_f16_f32", False)
     if p.ns != <size_t>len(acc):
         raise ValueError(f"sum_f16_f32: acc has {len(acc)} elements, src {p.ns}")
     if p.ns:

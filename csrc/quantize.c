@@ -219,6 +219,14 @@ typedef uint64_t __attribute__((may_alias)) alias_u64;
         for (size_t i = 0; i < m; i++)                                                       \
             r[i] += x[i];                                                                    \
     }                                                                                        \
+    /* v = x, or x + res kept in res under error feedback. */                                \
+    INLINE const T *source_##SUF(const T *x, T *res, size_t m)                               \
+    {                                                                                        \
+        if (!res)                                                                            \
+            return x;                                                                        \
+        add_##SUF(res, x, m);                                                                \
+        return res;                                                                          \
+    }                                                                                        \
     INLINE void qround_##SUF(const T *restrict v, size_t m, T inv, int8_t *restrict q)       \
     {                                                                                        \
         for (size_t i = 0; i < m; i++) {                                                     \
@@ -268,11 +276,7 @@ typedef uint64_t __attribute__((may_alias)) alias_u64;
     INLINE void int8_bucket_##SUF(const T *x, T *res, size_t m, int stochastic,              \
                                   uint64_t seed, uint64_t first, T *scale, int8_t *q)        \
     {                                                                                        \
-        const T *v = x;                                                                      \
-        if (res) {                                                                           \
-            add_##SUF(res, x, m);                                                            \
-            v = res;                                                                         \
-        }                                                                                    \
+        const T *v = source_##SUF(x, res, m);                                                \
         T amax = amax_##SUF(v, m), inv = safe_inv_##SUF(&amax, (T)127);                      \
         *scale = amax / 127;                                                                 \
         if (stochastic)                                                                      \
@@ -306,7 +310,7 @@ typedef uint64_t __attribute__((may_alias)) alias_u64;
 BUCKET_STEPS(f32, float, uint32_t, alias_u32, 0x7fffffffU, rintf, floorf)
 BUCKET_STEPS(f64, double, uint64_t, alias_u64, 0x7fffffffffffffffULL, rint, floor)
 
-/* ---- hand-vectorised float steps ---------------------------------------------------------- */
+/* ---- hand-vectorised float steps ------------------------------------------------------ */
 
 static inline __mmask16 tail16(size_t r)
 {
@@ -334,7 +338,8 @@ static inline __m512i q16_avx512(const float *v, __m512 inv, __m512 scale, float
                                  __mmask16 k)
 {
     __m512 y = _mm512_maskz_loadu_ps(k, v);
-    __m512i t = _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(y, inv)), _mm512_set1_epi32(-127));
+    __m512i t = _mm512_cvtps_epi32(_mm512_mul_ps(y, inv));
+    t = _mm512_max_epi32(t, _mm512_set1_epi32(-127));
     if (res) {
         t = _mm512_min_epi32(t, _mm512_set1_epi32(127));
         _mm512_mask_storeu_ps(res, k, _mm512_sub_ps(y, _mm512_mul_ps(_mm512_cvtepi32_ps(t), scale)));
@@ -542,11 +547,7 @@ static void signvals_avx2(const uint8_t *restrict bits, size_t m, float mag, flo
         T s = (T)levels;                                                                     \
         for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++) {                              \
             size_t m = n - b0 < bucket ? n - b0 : bucket;                                    \
-            const T *v = x + b0;                                                             \
-            if (res) {                                                                       \
-                add_##SUF(res + b0, x + b0, m);                                              \
-                v = res + b0;                                                                \
-            }                                                                                \
+            const T *v = source_##SUF(x + b0, res ? res + b0 : NULL, m);                     \
             T norm = (T)sqrt(sumsq_##SUF(v, m)), inv = safe_inv_##SUF(&norm, s);             \
             norms[k] = norm;                                                                 \
             qsgd_levels_##SUF(v, m, inv, levels, seed, b0, q + b0);                          \
@@ -559,18 +560,14 @@ static void signvals_avx2(const uint8_t *restrict bits, size_t m, float mag, flo
     {                                                                                        \
         for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++)                                \
             DEQ(q + b0, n - b0 < bucket ? n - b0 : bucket, norms[k] / (T)levels, dst + b0,    \
-                accumulate);                                                 \
+                accumulate);                                                                 \
     }                                                                                        \
     CLONES void ck_sign_pack_##SUF(const T *x, size_t n, size_t bucket, uint8_t *bits,       \
                                    T *mags, T *res)                                          \
     {                                                                                        \
         for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++) {                              \
             size_t m = n - b0 < bucket ? n - b0 : bucket;                                    \
-            const T *v = x + b0;                                                             \
-            if (res) {                                                                       \
-                add_##SUF(res + b0, x + b0, m);                                              \
-                v = res + b0;                                                                \
-            }                                                                                \
+            const T *v = source_##SUF(x + b0, res ? res + b0 : NULL, m);                     \
             mags[k] = (T)((double)SIGNPACK(v, m, bits + b0 / 8) / (double)m);                \
             if (res)                                                                         \
                 SIGNVALS(bits + b0 / 8, m, mags[k], res + b0, -1);                           \
