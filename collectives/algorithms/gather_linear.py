@@ -8,19 +8,10 @@ takes p - 1 messages in turn, so latency grows linearly with p.
 
 Cost: (p-1) alpha + ((p-1)/p) n beta at the root, for n bytes in all.
 """
-from ..schedule import ACC, IN, displacements
+from ..schedule import ACC, IN
+from ._linear import star
 
 
 def gather_linear(s, counts, root):
     """Gather IN of every rank i (``counts[i]`` elements) into ACC of ``root``, in rank order."""
-    r = s.rank
-    if r != root:
-        if counts[r]:
-            s.send(root, IN, 0, counts[r])
-        return
-    displs = displacements(counts)
-    for i, c in enumerate(counts):
-        if i != root and c:
-            s.irecv(i, ACC, displs[i], c)
-    s.copy((ACC, displs[r], counts[r]), (IN, 0, counts[r]))
-    s.waitall()
+    star(s, counts, root, whole=ACC, own=IN, to_root=True)

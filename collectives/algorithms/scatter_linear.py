@@ -7,19 +7,10 @@ sends p - 1 messages in turn, so latency grows linearly with p.
 
 Cost: (p-1) alpha + ((p-1)/p) n beta at the root, for n bytes in all.
 """
-from ..schedule import ACC, IN, displacements
+from ..schedule import ACC, IN
+from ._linear import star
 
 
 def scatter_linear(s, counts, root):
     """Scatter the blocks of IN at ``root``, block i (``counts[i]`` elements) to ACC of rank i."""
-    r = s.rank
-    if r != root:
-        if counts[r]:
-            s.recv(root, ACC, 0, counts[r])
-        return
-    displs = displacements(counts)
-    for i, c in enumerate(counts):
-        if i != root and c:
-            s.isend(i, IN, displs[i], c)
-    s.copy((ACC, 0, counts[r]), (IN, displs[r], counts[r]))
-    s.waitall()
+    star(s, counts, root, whole=IN, own=ACC, to_root=False)
