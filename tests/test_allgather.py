@@ -5,7 +5,7 @@ from mpi4py import MPI
 from mpi4py.util import dtlib
 
 import collectives
-from util import LARGE, assert_everywhere, assert_identical_across_ranks, make_data, sizes
+from util import LARGE, assert_everywhere, assert_identical_across_ranks, make_data, sizes, uneven
 
 ALGORITHMS = collectives.names("allgather")
 DTYPES = [np.dtype(t) for t in (np.bool_, np.int8, np.uint16, np.int64, np.float16,
@@ -19,16 +19,6 @@ def _native(mpi_comm, send, recv):
 
 def _assert_equal(got, want, what):
     assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), what
-
-
-def _uneven(p):
-    """Per-rank counts with zeros, and displacements in reverse rank order with gaps."""
-    counts = [(3 * i + 2) % 5 for i in range(p)]
-    displs, at = [0] * p, 1
-    for i in reversed(range(p)):
-        displs[i] = at
-        at += counts[i] + 2
-    return counts, displs, at
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -81,7 +71,7 @@ def test_iallgather(comm, mpi_comm, algorithm):
     send = make_data(np.int32, "sum", 101, r)
     got = np.zeros(p * 101, np.int32)
     req = comm.Iallgather(send, got, algorithm=algorithm)
-    counts, displs, total = _uneven(p)
+    counts, displs, total = uneven(p)
     sendv = make_data(np.int32, "sum", counts[r], r)
     gotv = np.zeros(total, np.int32)
     reqv = comm.Iallgatherv(sendv, [gotv, (counts, displs), MPI.INT], algorithm=algorithm)
@@ -99,7 +89,7 @@ def test_iallgather(comm, mpi_comm, algorithm):
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_allgatherv(comm, mpi_comm, algorithm, dtype):
     p, r = comm.size, comm.rank
-    counts, displs, total = _uneven(p)
+    counts, displs, total = uneven(p)
     mpi_type = dtlib.from_numpy_dtype(dtype)
     send = make_data(dtype, "sum", counts[r], r)
     for packed in (False, True):

@@ -5,7 +5,7 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from util import LARGE, expect_error, make_data, sizes
+from util import LARGE, expect_error, make_data, sizes, uneven
 
 GATHER = collectives.names("gather")
 SCATTER = collectives.names("scatter")
@@ -22,14 +22,13 @@ def _per_rank(p):
     return sorted({n // p if n == LARGE else n for n in sizes(p)})
 
 
-def _uneven(p):
-    """Counts with zeros and a spread, displacements in reverse rank order with gaps: (counts, displs, size)."""
-    counts = [(3 * i + 2) % 5 for i in range(p)]
-    displs, at = [0] * p, 1
-    for i in reversed(range(p)):
-        displs[i] = at
-        at += counts[i] + 2
-    return counts, displs, at
+def _cases(p, algorithm, dtype):
+    """(root, n, what) for each root and per-rank size n; ~10^6 elements in all only for 8-byte dtypes."""
+    for root in roots(p):
+        for n in _per_rank(p):
+            if n == LARGE // p and dtype.itemsize < 8:
+                continue
+            yield root, n, f"{algorithm} {dtype} n={n} p={p} root={root}"
 
 
 def _same_bytes(a, b):
@@ -40,42 +39,34 @@ def _same_bytes(a, b):
 @pytest.mark.parametrize("algorithm", GATHER)
 def test_gather(comm, mpi_comm, algorithm, dtype):
     p, r = comm.size, comm.rank
-    for root in roots(p):
-        for n in _per_rank(p):
-            if n == LARGE // p and dtype.itemsize < 8:
-                continue
-            what = f"{algorithm} {dtype} n={n} p={p} root={root}"
-            send = make_data(dtype, "sum", n, r)
-            got = np.zeros(n * p, dtype) if r == root else None
-            comm.Gather(send, got, root=root, algorithm=algorithm)
-            want = np.zeros(n * p, dtype) if r == root else None
-            mpi_comm.Gather(send.view(np.uint8), None if want is None else want.view(np.uint8), root=root)
-            if r == root:
-                assert _same_bytes(got, want), what
+    for root, n, what in _cases(p, algorithm, dtype):
+        send = make_data(dtype, "sum", n, r)
+        got = np.zeros(n * p, dtype) if r == root else None
+        comm.Gather(send, got, root=root, algorithm=algorithm)
+        want = np.zeros(n * p, dtype) if r == root else None
+        mpi_comm.Gather(send.view(np.uint8), None if want is None else want.view(np.uint8), root=root)
+        if r == root:
+            assert _same_bytes(got, want), what
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("algorithm", SCATTER)
 def test_scatter(comm, mpi_comm, algorithm, dtype):
     p, r = comm.size, comm.rank
-    for root in roots(p):
-        for n in _per_rank(p):
-            if n == LARGE // p and dtype.itemsize < 8:
-                continue
-            what = f"{algorithm} {dtype} n={n} p={p} root={root}"
-            send = make_data(dtype, "sum", n * p, root) if r == root else None
-            got = np.zeros(n, dtype)
-            comm.Scatter(send, got, root=root, algorithm=algorithm)
-            want = np.zeros(n, dtype)
-            mpi_comm.Scatter(None if send is None else send.view(np.uint8), want.view(np.uint8), root=root)
-            assert _same_bytes(got, want), what
-            assert _same_bytes(got, make_data(dtype, "sum", n * p, root)[r * n:(r + 1) * n]), what
+    for root, n, what in _cases(p, algorithm, dtype):
+        send = make_data(dtype, "sum", n * p, root) if r == root else None
+        got = np.zeros(n, dtype)
+        comm.Scatter(send, got, root=root, algorithm=algorithm)
+        want = np.zeros(n, dtype)
+        mpi_comm.Scatter(None if send is None else send.view(np.uint8), want.view(np.uint8), root=root)
+        assert _same_bytes(got, want), what
+        assert _same_bytes(got, make_data(dtype, "sum", n * p, root)[r * n:(r + 1) * n]), what
 
 
 @pytest.mark.parametrize("algorithm", GATHER)
 def test_gatherv(comm, mpi_comm, algorithm):
     p, r = comm.size, comm.rank
-    counts, displs, size = _uneven(p)
+    counts, displs, size = uneven(p)
     send = make_data(np.float64, "sum", counts[r], r)
     for root in roots(p):
         got = np.full(size, -1.0)
@@ -96,7 +87,7 @@ def test_gatherv(comm, mpi_comm, algorithm):
 @pytest.mark.parametrize("algorithm", SCATTER)
 def test_scatterv(comm, mpi_comm, algorithm):
     p, r = comm.size, comm.rank
-    counts, displs, size = _uneven(p)
+    counts, displs, size = uneven(p)
     for root in roots(p):
         send = make_data(np.int16, "sum", size, root) if r == root else None
         got = np.full(counts[r], -1, np.int16)
@@ -122,7 +113,7 @@ def test_gather_in_place(comm, mpi_comm, algorithm):
                 assert np.array_equal(buf, want), f"{algorithm} in place n={n} root={root}"
             else:
                 comm.Gather(mine, None, root=root, algorithm=algorithm)
-    counts, displs, size = _uneven(p)
+    counts, displs, size = uneven(p)
     for root in roots(p):
         mine = np.full(counts[r], r + 0.5)
         if r == root:

@@ -13,6 +13,17 @@ def sizes(p):
     return sorted({0, 1, max(p - 1, 0), p + 1, 13, LARGE})
 
 
+def uneven(p):
+    """Per-rank counts with zeros and a spread, and displacements in reverse rank order with
+    gaps, for the v-variants: (counts, displs, size of the buffer they lie in)."""
+    counts = [(3 * i + 2) % 5 for i in range(p)]
+    displs, at = [0] * p, 1
+    for i in reversed(range(p)):
+        displs[i] = at
+        at += counts[i] + 2
+    return counts, displs, at
+
+
 def ops_for(dtype):
     """Every op defined on ``dtype``."""
     return [op for op in OP_NAMES if supports(op, dtype)]
