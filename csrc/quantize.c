@@ -395,13 +395,25 @@ static void int8_bucket_avx512(const float *x, float *res, size_t m, float *scal
         int8_bucket_avx512_body(x, NULL, m, scale, q);
 }
 
-/* deq_f32 with AVX-512: 16 int8 widened, converted and scaled at a time. */
+/* One element of deq_f32. */
+static inline float deq1(float d, int8_t q, float scale, int accumulate)
+{
+    return accumulate > 0 ? d + q * scale : accumulate < 0 ? d - q * scale : q * scale;
+}
+
+/* deq_f32 with AVX-512, 16 at a time, from where d is 64-byte aligned: the few elements
+ * before and after go one at a time (a short scalar loop beats deq_f32's vector prologue
+ * there), so that no store straddles two cache lines: large NumPy arrays start 16 bytes past
+ * one.  Masked stores would do the ends in one step, but they are slow on Zen 4. */
 __attribute__((target("avx512f")))
 static void deq_avx512(const int8_t *restrict q, size_t m, float scale, float *restrict d,
                        int accumulate)
 {
     const __m512 s = _mm512_set1_ps(scale);
-    size_t i = 0;
+    size_t i = ((64 - ((uintptr_t)d & 63)) & 63) / sizeof *d;
+    i = i < m ? i : m;
+    for (size_t j = 0; j < i; j++)
+        d[j] = deq1(d[j], q[j], scale, accumulate);
     for (; i + 16 <= m; i += 16) {
         __m512 v = _mm512_mul_ps(
             _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + i)))), s);
@@ -411,7 +423,8 @@ static void deq_avx512(const int8_t *restrict q, size_t m, float scale, float *r
             v = _mm512_sub_ps(_mm512_loadu_ps(d + i), v);
         _mm512_storeu_ps(d + i, v);
     }
-    deq_f32(q + i, m - i, scale, d + i, accumulate);
+    for (; i < m; i++)
+        d[i] = deq1(d[i], q[i], scale, accumulate);
 }
 
 /* Sign packing of floats fused with the lane sums of |v|, one group of LANES = 32 floats at
