@@ -15,9 +15,7 @@ from mpi4py cimport MPI
 from mpi4py import MPI as pyMPI
 from mpi4py.libmpi cimport *
 
-cdef extern from "reduce.h" nogil:
-    int ck_reduce(void *dst, const void *src, size_t n, int dtype, int op)
-    size_t ck_itemsize(int dtype)
+from collectives._csrc cimport ck_reduce, ck_itemsize
 
 # Must match collectives/schedule.py.
 DEF SENDRECV = 0
