@@ -2,7 +2,8 @@
 
 Ranks other than 0 write their pytest report to a buffer and print it only when they
 failed, so an 8-rank run reads like a 1-rank one.  mpiexec's exit status is non-zero when
-any rank fails.
+any rank fails; with more than one rank the first failure aborts the launch (see
+pytest_runtest_makereport), since the other ranks could not go on without the failed one.
 """
 import io
 import sys
@@ -27,6 +28,20 @@ def pytest_unconfigure(config):
     report = getattr(config, "_rank_report", None)
     if report is not None and ("failed" in report.getvalue() or "error" in report.getvalue()):
         sys.stderr.write(f"---- rank {WORLD.rank} ----\n{report.getvalue()}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test that fails on some ranks only would leave the others waiting in its next
+    collective until the launch's timeout.  With more than one rank, a failing rank prints its
+    report on stderr and aborts the whole launch at once instead (exit status non-zero)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and WORLD.size > 1:
+        sys.stderr.write(f"---- rank {WORLD.rank}: {report.nodeid} failed ({report.when}); "
+                         f"aborting the launch ----\n{report.longreprtext}\n")
+        sys.stderr.flush()
+        WORLD.Abort(1)
 
 
 def _split():
