@@ -11,6 +11,18 @@ _UFUNC = {
 }
 
 
+def _apply(name, d, s):
+    """d[...] = name(d, s).  Complex PROD goes by the textbook formula in real arithmetic, as
+    csrc/reduce.c does: NumPy's complex multiply fuses multiply-adds in some of its loops, so
+    its bits would depend on where the buffers start, and ranks would disagree."""
+    if name == "prod" and d.dtype.kind == "c":
+        re = d.real * s.real - d.imag * s.imag
+        d.imag = d.real * s.imag + d.imag * s.real
+        d.real = re
+    else:
+        _UFUNC[name](d, s, out=d)
+
+
 def _view(buf, dtype):
     return np.frombuffer(memoryview(buf).cast("B"), dtype=dtype)
 
@@ -25,7 +37,7 @@ def reduce_into(dst, src, dtype, op):
         raise ValueError("reduce_into: dst is read-only")
     if d.nbytes != s.nbytes:
         raise ValueError(f"reduce_into: dst has {d.nbytes} bytes, src {s.nbytes}")
-    _UFUNC[name](d, s, out=d)
+    _apply(name, d, s)
 
 
 def reduce_blocks(dst, src, dtype, op, nblocks, blocklen, dst_stride, src_stride):
@@ -40,7 +52,7 @@ def reduce_blocks(dst, src, dtype, op, nblocks, blocklen, dst_stride, src_stride
         shape = (nblocks, blocklen)
         dv = np.lib.stride_tricks.as_strided(d, shape, (dst_stride * t.itemsize, t.itemsize))
         sv = np.lib.stride_tricks.as_strided(s, shape, (src_stride * t.itemsize, t.itemsize))
-        _UFUNC[name](dv, sv, out=dv)
+        _apply(name, dv, sv)
 
 
 def reduce_scaled(dst, src, dtype, scale):

@@ -27,6 +27,7 @@ typedef struct { double re, im; } c128;
 #define LOOP(NAME, T, EXPR)                                                        \
     CLONES static void NAME(T *restrict d, const T *restrict s, size_t n)                 \
     {                                                                              \
+        _Pragma("GCC unroll 4")                                                    \
         for (size_t i = 0; i < n; i++) {                                           \
             T a = d[i], b = s[i];                                                  \
             d[i] = (EXPR);                                                         \
@@ -60,6 +61,37 @@ INTEGER(u64, uint64_t)
 ARITH(f32, float)
 ARITH(f64, double)
 
+/* float and double SUM, the all-reduce's hot path, by hand with AVX2: four vectors of dst and
+ * four of src loaded, then added and stored, per step.  32-byte vectors rather than 64: when
+ * src and dst sit differently against cache lines (dst is aligned by aligned_run below), a
+ * 64-byte load of src straddles two lines every time, a 32-byte one every other time.  On
+ * Zen 4 this ran up to 10% faster than the vectoriser's AVX-512 loop from L2 and L3. */
+#define SUM_AVX2(SUF, T, V, LOAD, ADD, STORE)                                      \
+    __attribute__((target("avx2")))                                               \
+    static void sum_##SUF##_avx2(T *restrict d, const T *restrict s, size_t n)     \
+    {                                                                              \
+        enum { W = 32 / sizeof(T) };                                               \
+        size_t i = 0;                                                              \
+        for (; i + 4 * W <= n; i += 4 * W) {                                       \
+            V a0 = LOAD(d + i), a1 = LOAD(d + i + W);                              \
+            V a2 = LOAD(d + i + 2 * W), a3 = LOAD(d + i + 3 * W);                  \
+            V b0 = LOAD(s + i), b1 = LOAD(s + i + W);                              \
+            V b2 = LOAD(s + i + 2 * W), b3 = LOAD(s + i + 3 * W);                  \
+            STORE(d + i, ADD(a0, b0));                                             \
+            STORE(d + i + W, ADD(a1, b1));                                         \
+            STORE(d + i + 2 * W, ADD(a2, b2));                                     \
+            STORE(d + i + 3 * W, ADD(a3, b3));                                     \
+        }                                                                          \
+        sum_##SUF(d + i, s + i, n - i);                                            \
+    }                                                                              \
+    static void sum_##SUF##_best(T *restrict d, const T *restrict s, size_t n)     \
+    {                                                                              \
+        (ck_simd_level() ? sum_##SUF##_avx2 : sum_##SUF)(d, s, n);                 \
+    }
+
+SUM_AVX2(f32, float, __m256, _mm256_loadu_ps, _mm256_add_ps, _mm256_storeu_ps)
+SUM_AVX2(f64, double, __m256d, _mm256_loadu_pd, _mm256_add_pd, _mm256_storeu_pd)
+
 LOOP(land_b, bool, a && b)
 LOOP(lor_b, bool, a || b)
 LOOP(lxor_b, bool, a != b)
@@ -90,6 +122,11 @@ static void sum_f16(f16 *restrict d, const f16 *restrict s, size_t n)
     (ck_have_f16c() ? sum_f16_f16c : sum_f16_generic)(d, s, n);
 }
 
+/* GCC's vectoriser turns the complex product into fused multiply-adds (vfmaddsub) even with
+ * fp-contract off, which rounds differently from the scalar code, so the results would depend
+ * on where a buffer starts; complex PROD stays scalar. */
+#define NO_VECTORIZE __attribute__((optimize("no-tree-vectorize")))
+
 #define COMPLEX(SUF, T)                                                            \
     CLONES static void sum_##SUF(T *restrict d, const T *restrict s, size_t n)            \
     {                                                                              \
@@ -98,7 +135,7 @@ static void sum_f16(f16 *restrict d, const f16 *restrict s, size_t n)
             d[i].im += s[i].im;                                                    \
         }                                                                          \
     }                                                                              \
-    CLONES static void prod_##SUF(T *restrict d, const T *restrict s, size_t n)           \
+    CLONES NO_VECTORIZE static void prod_##SUF(T *restrict d, const T *restrict s, size_t n) \
     {                                                                              \
         for (size_t i = 0; i < n; i++) {                                           \
             T a = d[i], b = s[i];                                                  \
@@ -114,7 +151,7 @@ typedef void (*kernel_fn)(void *restrict, const void *restrict, size_t);
 #define K(f) ((kernel_fn)(f))
 #define INT_ROW(SUF) { K(sum_##SUF), K(prod_##SUF), K(min_##SUF), K(max_##SUF), K(land_##SUF), \
                        K(lor_##SUF), K(lxor_##SUF), K(band_##SUF), K(bor_##SUF), K(bxor_##SUF) }
-#define FLOAT_ROW(SUF) { K(sum_##SUF), K(prod_##SUF), K(min_##SUF), K(max_##SUF), 0, 0, 0, 0, 0, 0 }
+#define FLOAT_ROW(SUF, SUM) { K(SUM), K(prod_##SUF), K(min_##SUF), K(max_##SUF), 0, 0, 0, 0, 0, 0 }
 
 static const kernel_fn table[CK_NDTYPES][CK_NOPS] = {
     [CK_BOOL] = { 0, 0, K(min_b), K(max_b), K(land_b), K(lor_b), K(lxor_b), 0, 0, 0 },
@@ -126,9 +163,9 @@ static const kernel_fn table[CK_NDTYPES][CK_NOPS] = {
     [CK_UINT16] = INT_ROW(u16),
     [CK_UINT32] = INT_ROW(u32),
     [CK_UINT64] = INT_ROW(u64),
-    [CK_FLOAT16] = FLOAT_ROW(f16),
-    [CK_FLOAT32] = FLOAT_ROW(f32),
-    [CK_FLOAT64] = FLOAT_ROW(f64),
+    [CK_FLOAT16] = FLOAT_ROW(f16, sum_f16),
+    [CK_FLOAT32] = FLOAT_ROW(f32, sum_f32_best),
+    [CK_FLOAT64] = FLOAT_ROW(f64, sum_f64_best),
     [CK_COMPLEX64] = { K(sum_c64), K(prod_c64), 0, 0, 0, 0, 0, 0, 0, 0 },
     [CK_COMPLEX128] = { K(sum_c128), K(prod_c128), 0, 0, 0, 0, 0, 0, 0, 0 },
 };
