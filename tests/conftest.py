@@ -6,13 +6,30 @@ any rank fails; with more than one rank the first failure aborts the launch (see
 pytest_runtest_makereport), since the other ranks could not go on without the failed one.
 """
 import io
+import os
 import sys
+import tempfile
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
 WORLD = MPI.COMM_WORLD
+
+
+class _PerRankTmp:
+    """One temporary-directory root per rank, set before pytest's tmp_path plugin reads it:
+    ranks sharing the default one race to clean it up."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_configure(self, config):
+        if WORLD.size > 1 and not config.option.basetemp:
+            config.option.basetemp = os.path.join(
+                tempfile.gettempdir(), f"pytest-collectives-{os.getuid()}-rank{WORLD.rank}")
+
+
+def pytest_addoption(parser, pluginmanager):
+    pluginmanager.register(_PerRankTmp())
 
 
 @pytest.hookimpl(trylast=True)
