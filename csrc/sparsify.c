@@ -8,11 +8,16 @@
  * NumPy twin and the C kernel may then disagree on which elements win).
  * The approximate top-k (Deep Gradient Compression) takes its threshold from a sample of
  * nsample elements drawn with replacement at rng.h positions (bits mod n), keeps the
- * elements at or above it, and runs the exact top-k on those when more than k survive. */
+ * elements at or above it, and runs the exact top-k on those when more than k survive.
+ * Random-k keeps element i when its rng.h bits fall below a threshold; the bits are drawn
+ * 16 elements at a time (AVX-512 when the CPU has it) into masks, whose set bits are then
+ * visited in index order, so the 99% of elements not kept cost no branch each. */
 #pragma GCC optimize("fp-contract=off")
 #include <stdlib.h>
 #include <string.h>
+#include <immintrin.h>
 #include "compress.h"
+#include "cpu.h"
 #include "rng.h"
 
 #define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -20,6 +25,70 @@
 
 typedef uint32_t __attribute__((may_alias)) alias_u32;
 typedef uint64_t __attribute__((may_alias)) alias_u64;
+
+/* ---- random-k selection masks -------------------------------------------------------- */
+
+#define RANDK_CHUNK 4096 /* elements whose masks are drawn at a time */
+
+/* Bit j of masks[b] is set when element i0 + 16 b + j is kept (its bits < thr), b < nb. */
+static void randk_masks_generic(uint64_t seed, uint32_t thr, size_t i0, size_t nb,
+                                uint16_t *masks)
+{
+    for (size_t b = 0; b < nb; b++) {
+        unsigned m = 0;
+        for (unsigned j = 0; j < 16; j++)
+            m |= (unsigned)(ck_rng_bits(seed, (uint32_t)(i0 + 16 * b + j)) < thr) << j;
+        masks[b] = (uint16_t)m;
+    }
+}
+
+/* ck_mix32 on 16 lanes. */
+__attribute__((target("avx512f"))) static inline __m512i mix32_avx512(__m512i x)
+{
+    x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+    x = _mm512_mullo_epi32(x, _mm512_set1_epi32(0x7feb352d));
+    x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
+    x = _mm512_mullo_epi32(x, _mm512_set1_epi32((int)0x846ca68bU));
+    return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+}
+
+__attribute__((target("avx512f")))
+static void randk_masks_avx512(uint64_t seed, uint32_t thr, size_t i0, size_t nb,
+                               uint16_t *masks)
+{
+    const __m512i lo = _mm512_set1_epi32((int)(uint32_t)seed);
+    const __m512i hi = _mm512_set1_epi32((int)(uint32_t)(seed >> 32));
+    const __m512i t = _mm512_set1_epi32((int)thr), step = _mm512_set1_epi32(16);
+    const __m512i lane =
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512i i = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)i0), lane);
+    for (size_t b = 0; b < nb; b++, i = _mm512_add_epi32(i, step))
+        masks[b] = _mm512_cmplt_epu32_mask(
+            mix32_avx512(_mm512_xor_si512(mix32_avx512(_mm512_xor_si512(i, lo)), hi)), t);
+}
+
+static void randk_masks(uint64_t seed, uint32_t thr, size_t i0, size_t nb, uint16_t *masks)
+{
+    if (ck_simd_level() == 2)
+        randk_masks_avx512(seed, thr, i0, nb, masks);
+    else
+        randk_masks_generic(seed, thr, i0, nb, masks);
+}
+
+/* Run BODY with i set to each kept index below n, in increasing order. */
+#define FOR_KEPT(i, n, thr, seed, BODY)                                                      \
+    for (size_t c0_ = 0; c0_ < (n); c0_ += RANDK_CHUNK) {                                    \
+        uint16_t masks_[RANDK_CHUNK / 16];                                                   \
+        size_t nb_ = (((n) - c0_ < RANDK_CHUNK ? (n) - c0_ : RANDK_CHUNK) + 15) / 16;        \
+        randk_masks(seed, thr, c0_, nb_, masks_);                                            \
+        for (size_t b_ = 0; b_ < nb_; b_++)                                                  \
+            for (unsigned m_ = masks_[b_]; m_; m_ &= m_ - 1) {                               \
+                size_t i = c0_ + 16 * b_ + (size_t)__builtin_ctz(m_);                        \
+                if (i >= (n))                                                                \
+                    break;                                                                   \
+                BODY                                                                         \
+            }                                                                                \
+    }
 
 #define SPARSE(SUF, T, UT, ALIAS, ABSMASK)                                                   \
     /* The r-th largest (r >= 1) of a[0..m), reordering a; Hoare partition, median of 3. */  \
@@ -179,23 +248,24 @@ typedef uint64_t __attribute__((may_alias)) alias_u64;
                           int zero)                                                          \
     {                                                                                        \
         size_t c = 0;                                                                        \
-        for (size_t i = 0; i < n; i++)                                                       \
-            if (ck_rng_bits(seed, i) < thr) {                                                \
-                if (c < cap) {                                                               \
-                    vals[c] = x[i];                                                          \
-                    if (zero)                                                                \
-                        x[i] = 0;                                                            \
-                }                                                                            \
-                c++;                                                                         \
+        FOR_KEPT(i, n, thr, seed, {                                                          \
+            if (c < cap) {                                                                   \
+                vals[c] = x[i];                                                              \
+                if (zero)                                                                    \
+                    x[i] = 0;                                                                \
             }                                                                                \
+            c++;                                                                             \
+        })                                                                                   \
         return c;                                                                            \
     }                                                                                        \
     void ck_randk_scatter_add_##SUF(T *dst, size_t n, uint32_t thr, uint64_t seed,           \
                                     const T *vals, size_t m, T scale)                        \
     {                                                                                        \
-        for (size_t i = 0, c = 0; i < n && c < m; i++)                                       \
-            if (ck_rng_bits(seed, i) < thr)                                                  \
+        size_t c = 0;                                                                        \
+        FOR_KEPT(i, n, thr, seed, {                                                          \
+            if (c < m)                                                                       \
                 dst[i] += vals[c++] * scale;                                                 \
+        })                                                                                   \
     }                                                                                        \
     int ck_scatter_add_##SUF(T *dst, size_t n, const int64_t *idx, const T *vals, size_t m,  \
                              T scale)                                                        \
@@ -214,11 +284,10 @@ SPARSE(f64, double, uint64_t, alias_u64, 0x7fffffffffffffffULL)
 size_t ck_randk_indices(size_t n, uint32_t thr, uint64_t seed, int64_t *idx, size_t cap)
 {
     size_t c = 0;
-    for (size_t i = 0; i < n; i++)
-        if (ck_rng_bits(seed, i) < thr) {
-            if (c < cap)
-                idx[c] = (int64_t)i;
-            c++;
-        }
+    FOR_KEPT(i, n, thr, seed, {
+        if (c < cap)
+            idx[c] = (int64_t)i;
+        c++;
+    })
     return c;
 }

@@ -303,26 +303,27 @@ def test_threshold(dtype, n):
 
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("n", LENGTHS)
-def test_randk(dtype, n):
+@pytest.mark.parametrize("seed", [11, 2**40 + 7])  # the second also uses the high word
+def test_randk(dtype, n, seed):
     x = data(n, dtype)
     k = n // 10
-    counts = {impl.randk_indices(n, k, 11, np.empty(0, np.int64)) for impl in IMPLS}
+    counts = {impl.randk_indices(n, k, seed, np.empty(0, np.int64)) for impl in IMPLS}
     assert len(counts) == 1
     c = counts.pop()
     # Binomial(n, k/n): within 6 sd of k.
     assert abs(c - k) <= 6 * np.sqrt(k) + 1
     idx = np.empty(c, np.int64)
-    outs = run_both("randk_indices", lambda: (n, k, 11, np.empty(c, np.int64)))
+    outs = run_both("randk_indices", lambda: (n, k, seed, np.empty(c, np.int64)))
     assert_same(outs)
     idx = outs[0][1][3]
-    outs = run_both("randk", lambda: (x.copy(), k, 11, np.empty(c, dtype), True))
+    outs = run_both("randk", lambda: (x.copy(), k, seed, np.empty(c, dtype), True))
     assert_same(outs)
     _, (xz, _, _, vals, _) = outs[0]
     np.testing.assert_array_equal(vals, x[idx])
     assert np.all(xz[idx] == 0)
     for impl in IMPLS:
         dst = np.ones(n, dtype)
-        impl.randk_scatter_add(dst, k, 11, vals, 2.0)
+        impl.randk_scatter_add(dst, k, seed, vals, 2.0)
         want = np.ones(n, dtype)
         want[idx] += vals * dtype(2)
         np.testing.assert_array_equal(dst, want)
