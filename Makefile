@@ -35,7 +35,7 @@ export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: all venv build test test-native test-purepython bench bench-kernels demo bench-train clean
+.PHONY: all venv build test test-native test-purepython test-simd bench bench-kernels demo bench-train clean
 
 all: build
 
@@ -50,7 +50,7 @@ venv: $(VENV)/.installed
 build: $(VENV)/.installed
 	$(BUILD_ENV) $(PY) setup.py -q build_ext --inplace
 
-test: test-native test-purepython
+test: test-native test-purepython test-simd
 
 test-native: build
 	@for n in $(NPS); do \
@@ -62,6 +62,15 @@ test-purepython: build
 	@for n in $(PUREPYTHON_NPS); do \
 	  echo "== pytest at $$n rank(s), NumPy fallback (COLLECTIVES_PUREPYTHON=1)"; \
 	  COLLECTIVES_PUREPYTHON=1 timeout $(TEST_TIMEOUT) $(MPIEXEC) -n $$n $(PY) -m pytest -p no:cacheprovider -q tests $(PYTEST_ARGS) || exit 1; \
+	done
+
+# The kernel tests again with the hand-written SIMD paths capped at AVX2, then at none, so the
+# paths other CPUs take are checked on this one.
+test-simd: build
+	@for simd in avx2 none; do \
+	  echo "== kernel tests, COLLECTIVES_SIMD=$$simd"; \
+	  COLLECTIVES_SIMD=$$simd timeout $(TEST_TIMEOUT) $(PY) -m pytest -p no:cacheprovider -q \
+	    tests/test_kernels_reduce.py tests/test_kernels_compress.py tests/test_compression.py $(PYTEST_ARGS) || exit 1; \
 	done
 
 # Two launches per rank count: glibc's malloc defaults, then no fresh mappings for native's
