@@ -342,7 +342,8 @@ static inline __m512i q16_avx512(const float *v, __m512 inv, __m512 scale, float
     t = _mm512_max_epi32(t, _mm512_set1_epi32(-127));
     if (res) {
         t = _mm512_min_epi32(t, _mm512_set1_epi32(127));
-        _mm512_mask_storeu_ps(res, k, _mm512_sub_ps(y, _mm512_mul_ps(_mm512_cvtepi32_ps(t), scale)));
+        __m512 back = _mm512_mul_ps(_mm512_cvtepi32_ps(t), scale);
+        _mm512_mask_storeu_ps(res, k, _mm512_sub_ps(y, back));
     }
     return t; /* without res, above 127 only where the narrowing saturates */
 }
@@ -376,12 +377,14 @@ int8_bucket_avx512_body(const float *x, float *res, size_t m, float *scale, int8
         __m512i t[4];
         for (int g = 0; g < 4; g++)
             t[g] = q16_avx512(v + i + 16 * g, inv, sc, res ? res + i + 16 * g : NULL, 0xffff);
-        __m512i w = _mm512_packs_epi16(_mm512_packs_epi32(t[0], t[1]), _mm512_packs_epi32(t[2], t[3]));
+        __m512i w = _mm512_packs_epi16(_mm512_packs_epi32(t[0], t[1]),
+                                       _mm512_packs_epi32(t[2], t[3]));
         _mm512_storeu_si512(q + i, _mm512_permutexvar_epi32(order, w));
     }
     for (; i < m; i += 16) {
         __mmask16 k = tail16(m - i);
-        _mm512_mask_cvtsepi32_storeu_epi8(q + i, k, q16_avx512(v + i, inv, sc, res ? res + i : NULL, k));
+        __m512i t = q16_avx512(v + i, inv, sc, res ? res + i : NULL, k);
+        _mm512_mask_cvtsepi32_storeu_epi8(q + i, k, t);
     }
 }
 
@@ -393,6 +396,72 @@ static void int8_bucket_avx512(const float *x, float *res, size_t m, float *scal
         int8_bucket_avx512_body(x, res, m, scale, q);
     else
         int8_bucket_avx512_body(x, NULL, m, scale, q);
+}
+
+/* The same bucket with AVX2: 8 floats a vector, 32 narrowed at a time (two saturating packs
+ * interleave the 128-bit lanes, one permutation restores the order); the last m % 32 go
+ * through the portable steps. */
+__attribute__((target("avx2"))) INLINE void
+int8_bucket_avx2_body(const float *x, float *res, size_t m, float *scale, int8_t *q)
+{
+    const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
+    const size_t m32 = m / 32 * 32;
+    __m256i h0 = _mm256_setzero_si256(), h1 = _mm256_setzero_si256();
+    for (size_t i = 0; i < m32; i += 16) {
+        __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+        if (res) {
+            a = _mm256_add_ps(a, _mm256_loadu_ps(res + i));
+            b = _mm256_add_ps(b, _mm256_loadu_ps(res + i + 8));
+            _mm256_storeu_ps(res + i, a);
+            _mm256_storeu_ps(res + i + 8, b);
+        }
+        h0 = _mm256_max_epu32(h0, _mm256_and_si256(_mm256_castps_si256(a), absmask));
+        h1 = _mm256_max_epu32(h1, _mm256_and_si256(_mm256_castps_si256(b), absmask));
+    }
+    __m128i h = _mm_max_epu32(_mm256_castsi256_si128(_mm256_max_epu32(h0, h1)),
+                              _mm256_extracti128_si256(_mm256_max_epu32(h0, h1), 1));
+    h = _mm_max_epu32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
+    h = _mm_max_epu32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
+    if (res)
+        add_f32(res + m32, x + m32, m - m32);
+    const float *v = res ? res : x;
+    float amax = amax_f32(v + m32, m - m32);
+    uint32_t top = (uint32_t)_mm_cvtsi128_si32(h), last;
+    memcpy(&last, &amax, sizeof last);
+    top = last > top ? last : top; /* the larger bit pattern, as amax_f32 compares */
+    memcpy(&amax, &top, sizeof amax);
+    float inv1 = safe_inv_f32(&amax, 127);
+    *scale = amax / 127;
+    const __m256 inv = _mm256_set1_ps(inv1), sc = _mm256_set1_ps(*scale);
+    const __m256i lo = _mm256_set1_epi32(-127), up = _mm256_set1_epi32(127);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (size_t i = 0; i < m32; i += 32) {
+        __m256i t[4];
+        for (int g = 0; g < 4; g++) {
+            __m256 y = _mm256_loadu_ps(v + i + 8 * g);
+            t[g] = _mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(y, inv)), lo);
+            if (res) {
+                t[g] = _mm256_min_epi32(t[g], up);
+                _mm256_storeu_ps(res + i + 8 * g,
+                                 _mm256_sub_ps(y, _mm256_mul_ps(_mm256_cvtepi32_ps(t[g]), sc)));
+            }
+        }
+        __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(t[0], t[1]),
+                                       _mm256_packs_epi32(t[2], t[3]));
+        _mm256_storeu_si256((__m256i *)(q + i), _mm256_permutevar8x32_epi32(w, order));
+    }
+    qround_f32(v + m32, m - m32, inv1, q + m32);
+    if (res)
+        deq_f32(q + m32, m - m32, *scale, res + m32, -1);
+}
+
+__attribute__((target("avx2")))
+static void int8_bucket_avx2(const float *x, float *res, size_t m, float *scale, int8_t *q)
+{
+    if (res)
+        int8_bucket_avx2_body(x, res, m, scale, q);
+    else
+        int8_bucket_avx2_body(x, NULL, m, scale, q);
 }
 
 /* One element of deq_f32. */
@@ -526,9 +595,10 @@ static void signvals_avx2(const uint8_t *restrict bits, size_t m, float mag, flo
 /* Per-bucket steps for each element type: floats take the hand-vectorised ones when the CPU
  * has them (the stochastic int8 rounding vectorises well as it is). */
 #define INT8_BUCKET_F32(x, res, m, stochastic, seed, first, scale, q)                        \
-    (!(stochastic) && ck_simd_level() == 2                                                   \
-         ? int8_bucket_avx512(x, res, m, scale, q)                                           \
-         : int8_bucket_f32(x, res, m, stochastic, seed, first, scale, q))
+    (stochastic              ? int8_bucket_f32(x, res, m, stochastic, seed, first, scale, q)  \
+     : ck_simd_level() == 2 ? int8_bucket_avx512(x, res, m, scale, q)                        \
+     : ck_simd_level() == 1 ? int8_bucket_avx2(x, res, m, scale, q)                          \
+                            : int8_bucket_f32(x, res, m, stochastic, seed, first, scale, q))
 #define DEQ_F32(q, m, scale, d, acc)                                                         \
     (ck_simd_level() == 2 ? deq_avx512(q, m, scale, d, acc) : deq_f32(q, m, scale, d, acc))
 #define SIGNPACK_F32(v, m, bits)                                                             \
