@@ -470,31 +470,39 @@ static inline float deq1(float d, int8_t q, float scale, int accumulate)
     return accumulate > 0 ? d + q * scale : accumulate < 0 ? d - q * scale : q * scale;
 }
 
-/* deq_f32 with AVX-512, 16 at a time, from where d is 64-byte aligned: the few elements
- * before and after go one at a time (a short scalar loop beats deq_f32's vector prologue
- * there), so that no store straddles two cache lines: large NumPy arrays start 16 bytes past
- * one.  Masked stores would do the ends in one step, but they are slow on Zen 4. */
-__attribute__((target("avx512f")))
-static void deq_avx512(const int8_t *restrict q, size_t m, float scale, float *restrict d,
-                       int accumulate)
-{
-    const __m512 s = _mm512_set1_ps(scale);
-    size_t i = ((64 - ((uintptr_t)d & 63)) & 63) / sizeof *d;
-    i = i < m ? i : m;
-    for (size_t j = 0; j < i; j++)
-        d[j] = deq1(d[j], q[j], scale, accumulate);
-    for (; i + 16 <= m; i += 16) {
-        __m512 v = _mm512_mul_ps(
-            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + i)))), s);
-        if (accumulate > 0)
-            v = _mm512_add_ps(_mm512_loadu_ps(d + i), v);
-        else if (accumulate < 0)
-            v = _mm512_sub_ps(_mm512_loadu_ps(d + i), v);
-        _mm512_storeu_ps(d + i, v);
+/* deq_f32 with SIMD, W at a time, from where d is 64-byte aligned: the few elements before
+ * and after go one at a time (a short scalar loop beats deq_f32's vector prologue there), so
+ * that no store straddles two cache lines: large NumPy arrays start 16 bytes past one.
+ * Masked stores would do the ends in one step, but they are slow on Zen 4.  WIDEN(p) loads
+ * W int8 from p as W floats. */
+#define DEQ_SIMD(ISA, W, V, WIDEN, SET1, LOAD, STORE, MUL, ADD, SUB)                         \
+    __attribute__((target(#ISA)))                                                            \
+    static void deq_##ISA(const int8_t *restrict q, size_t m, float scale, float *restrict d, \
+                          int accumulate)                                                    \
+    {                                                                                        \
+        const V s = SET1(scale);                                                             \
+        size_t i = ((64 - ((uintptr_t)d & 63)) & 63) / sizeof *d;                           \
+        i = i < m ? i : m;                                                                   \
+        for (size_t j = 0; j < i; j++)                                                       \
+            d[j] = deq1(d[j], q[j], scale, accumulate);                                      \
+        for (; i + W <= m; i += W) {                                                         \
+            V v = MUL(WIDEN(q + i), s);                                                      \
+            if (accumulate > 0)                                                              \
+                v = ADD(LOAD(d + i), v);                                                     \
+            else if (accumulate < 0)                                                         \
+                v = SUB(LOAD(d + i), v);                                                     \
+            STORE(d + i, v);                                                                 \
+        }                                                                                    \
+        for (; i < m; i++)                                                                   \
+            d[i] = deq1(d[i], q[i], scale, accumulate);                                      \
     }
-    for (; i < m; i++)
-        d[i] = deq1(d[i], q[i], scale, accumulate);
-}
+
+#define WIDEN16(p) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p))))
+#define WIDEN8(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
+DEQ_SIMD(avx512f, 16, __m512, WIDEN16, _mm512_set1_ps, _mm512_loadu_ps, _mm512_storeu_ps,
+         _mm512_mul_ps, _mm512_add_ps, _mm512_sub_ps)
+DEQ_SIMD(avx2, 8, __m256, WIDEN8, _mm256_set1_ps, _mm256_loadu_ps, _mm256_storeu_ps,
+         _mm256_mul_ps, _mm256_add_ps, _mm256_sub_ps)
 
 /* Sign packing of floats fused with the lane sums of |v|, one group of LANES = 32 floats at
  * a time: signgroup_<isa> writes the group's 4 bytes of bits and adds |v| into the lane
@@ -600,7 +608,9 @@ static void signvals_avx2(const uint8_t *restrict bits, size_t m, float mag, flo
      : ck_simd_level() == 1 ? int8_bucket_avx2(x, res, m, scale, q)                          \
                             : int8_bucket_f32(x, res, m, stochastic, seed, first, scale, q))
 #define DEQ_F32(q, m, scale, d, acc)                                                         \
-    (ck_simd_level() == 2 ? deq_avx512(q, m, scale, d, acc) : deq_f32(q, m, scale, d, acc))
+    (ck_simd_level() == 2   ? deq_avx512f(q, m, scale, d, acc)                               \
+     : ck_simd_level() == 1 ? deq_avx2(q, m, scale, d, acc)                                  \
+                            : deq_f32(q, m, scale, d, acc))
 #define SIGNPACK_F32(v, m, bits)                                                             \
     (ck_simd_level() == 2   ? signpack_avx512f(v, m, bits)                                   \
      : ck_simd_level() == 1 ? signpack_avx2(v, m, bits)                                      \
