@@ -388,15 +388,19 @@ int8_bucket_avx512_body(const float *x, float *res, size_t m, float *scale, int8
     }
 }
 
-/* The body compiled twice, with and without error feedback. */
-__attribute__((target("avx512f,avx512bw")))
-static void int8_bucket_avx512(const float *x, float *res, size_t m, float *scale, int8_t *q)
-{
-    if (res)
-        int8_bucket_avx512_body(x, res, m, scale, q);
-    else
-        int8_bucket_avx512_body(x, NULL, m, scale, q);
-}
+/* int8_bucket_<name>: the body compiled twice, with and without error feedback. */
+#define INT8_BUCKET_SIMD(NAME, TARGET)                                                       \
+    __attribute__((target(TARGET)))                                                          \
+    static void int8_bucket_##NAME(const float *x, float *res, size_t m, float *scale,       \
+                                   int8_t *q)                                                \
+    {                                                                                        \
+        if (res)                                                                             \
+            int8_bucket_##NAME##_body(x, res, m, scale, q);                                  \
+        else                                                                                 \
+            int8_bucket_##NAME##_body(x, NULL, m, scale, q);                                 \
+    }
+
+INT8_BUCKET_SIMD(avx512, "avx512f,avx512bw")
 
 /* The same bucket with AVX2: 8 floats a vector, 32 narrowed at a time (two saturating packs
  * interleave the 128-bit lanes, one permutation restores the order); the last m % 32 go
@@ -455,14 +459,7 @@ int8_bucket_avx2_body(const float *x, float *res, size_t m, float *scale, int8_t
         deq_f32(q + m32, m - m32, *scale, res + m32, -1);
 }
 
-__attribute__((target("avx2")))
-static void int8_bucket_avx2(const float *x, float *res, size_t m, float *scale, int8_t *q)
-{
-    if (res)
-        int8_bucket_avx2_body(x, res, m, scale, q);
-    else
-        int8_bucket_avx2_body(x, NULL, m, scale, q);
-}
+INT8_BUCKET_SIMD(avx2, "avx2")
 
 /* One element of deq_f32. */
 static inline float deq1(float d, int8_t q, float scale, int accumulate)
