@@ -608,6 +608,58 @@ static void signvals_avx2(const uint8_t *restrict bits, size_t m, float mag, flo
     (ck_simd_level() == 2   ? deq_avx512f(q, m, scale, d, acc)                               \
      : ck_simd_level() == 1 ? deq_avx2(q, m, scale, d, acc)                                  \
                             : deq_f32(q, m, scale, d, acc))
+
+/* d = / += q * (scale of its bucket), scale k being scales[k] / div: div is 1 for int8 (the
+ * quotient is then scales[k] exactly) and the number of levels for QSGD.  Bucket by bucket. */
+#define UNPACK_BUCKETS(SUF, T, DEQ)                                                          \
+    static void unpack_buckets_##SUF(const int8_t *q, const T *scales, T div, size_t n,      \
+                                     size_t bucket, T *d, int accumulate)                    \
+    {                                                                                        \
+        for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++)                                \
+            DEQ(q + b0, n - b0 < bucket ? n - b0 : bucket, scales[k] / div, d + b0,          \
+                accumulate);                                                                 \
+    }
+UNPACK_BUCKETS(f32, float, DEQ_F32)
+UNPACK_BUCKETS(f64, double, deq_f64)
+
+/* The same for floats with AVX-512 in one sweep from where d is 64-byte aligned, buckets of
+ * at least 16: no head and tail per bucket, and a vector that straddles two buckets blends
+ * their scales (lanes before the boundary keep the old one). */
+__attribute__((target("avx512f")))
+static void unpack_avx512(const int8_t *q, const float *scales, float div, size_t n,
+                          size_t bucket, float *d, int accumulate)
+{
+    size_t i = ((64 - ((uintptr_t)d & 63)) & 63) / sizeof *d, nb = (n + bucket - 1) / bucket;
+    i = i < n ? i : n;
+    for (size_t j = 0; j < i; j++)
+        d[j] = deq1(d[j], q[j], scales[j / bucket] / div, accumulate);
+    size_t k = i / bucket, next = (k + 1) * bucket;
+    __m512 s = _mm512_set1_ps(k < nb ? scales[k] / div : 0);
+    for (; i + 16 <= n; i += 16) {
+        __m512 sv = s;
+        if (i + 16 >= next) {
+            size_t r = next - i; /* 1..16 lanes still in bucket k */
+            k++, next += bucket;
+            if (k < nb)
+                s = _mm512_set1_ps(scales[k] / div);
+            if (r < 16)
+                sv = _mm512_mask_blend_ps(tail16(r), s, sv);
+        }
+        __m512 v = _mm512_mul_ps(WIDEN16(q + i), sv);
+        if (accumulate > 0)
+            v = _mm512_add_ps(_mm512_loadu_ps(d + i), v);
+        else if (accumulate < 0)
+            v = _mm512_sub_ps(_mm512_loadu_ps(d + i), v);
+        _mm512_storeu_ps(d + i, v);
+    }
+    for (; i < n; i++)
+        d[i] = deq1(d[i], q[i], scales[i / bucket] / div, accumulate);
+}
+
+#define UNPACK_F32(q, scales, div, n, bucket, d, acc)                                        \
+    (ck_simd_level() == 2 && (bucket) >= 16                                                  \
+         ? unpack_avx512(q, scales, div, n, bucket, d, acc)                                  \
+         : unpack_buckets_f32(q, scales, div, n, bucket, d, acc))
 #define SIGNPACK_F32(v, m, bits)                                                             \
     (ck_simd_level() == 2   ? signpack_avx512f(v, m, bits)                                   \
      : ck_simd_level() == 1 ? signpack_avx2(v, m, bits)                                      \
@@ -617,7 +669,7 @@ static void signvals_avx2(const uint8_t *restrict bits, size_t m, float mag, flo
 
 /* ---- entry points ----------------------------------------------------------------------- */
 
-#define BUCKETED(SUF, T, INT8_BUCKET, DEQ, SIGNPACK, SIGNVALS)                                    \
+#define BUCKETED(SUF, T, INT8_BUCKET, UNPACK, SIGNPACK, SIGNVALS)                                    \
     CLONES void ck_int8_pack_##SUF(const T *x, size_t n, size_t bucket, int stochastic,      \
                                    uint64_t seed, int8_t *q, T *scales, T *res)              \
     {                                                                                        \
@@ -628,8 +680,7 @@ static void signvals_avx2(const uint8_t *restrict bits, size_t m, float mag, flo
     CLONES void ck_int8_unpack_##SUF(const int8_t *q, const T *scales, size_t n,             \
                                      size_t bucket, T *dst, int accumulate)                  \
     {                                                                                        \
-        for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++)                                \
-            DEQ(q + b0, n - b0 < bucket ? n - b0 : bucket, scales[k], dst + b0, accumulate); \
+        UNPACK(q, scales, (T)1, n, bucket, dst, accumulate);                                 \
     }                                                                                        \
     CLONES void ck_qsgd_pack_##SUF(const T *x, size_t n, size_t bucket, int levels,          \
                                    uint64_t seed, int8_t *q, T *norms, T *res)               \
@@ -648,9 +699,7 @@ static void signvals_avx2(const uint8_t *restrict bits, size_t m, float mag, flo
     CLONES void ck_qsgd_unpack_##SUF(const int8_t *q, const T *norms, size_t n,              \
                                      size_t bucket, int levels, T *dst, int accumulate)      \
     {                                                                                        \
-        for (size_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++)                                \
-            DEQ(q + b0, n - b0 < bucket ? n - b0 : bucket, norms[k] / (T)levels, dst + b0,    \
-                accumulate);                                                                 \
+        UNPACK(q, norms, (T)levels, n, bucket, dst, accumulate);                             \
     }                                                                                        \
     CLONES void ck_sign_pack_##SUF(const T *x, size_t n, size_t bucket, uint8_t *bits,       \
                                    T *mags, T *res)                                          \
@@ -671,5 +720,5 @@ static void signvals_avx2(const uint8_t *restrict bits, size_t m, float mag, flo
                      accumulate);                                                            \
     }
 
-BUCKETED(f32, float, INT8_BUCKET_F32, DEQ_F32, SIGNPACK_F32, SIGNVALS_F32)
-BUCKETED(f64, double, int8_bucket_f64, deq_f64, signpack_f64, signvals_f64)
+BUCKETED(f32, float, INT8_BUCKET_F32, UNPACK_F32, SIGNPACK_F32, SIGNVALS_F32)
+BUCKETED(f64, double, int8_bucket_f64, unpack_buckets_f64, signpack_f64, signvals_f64)
