@@ -467,39 +467,32 @@ static inline float deq1(float d, int8_t q, float scale, int accumulate)
     return accumulate > 0 ? d + q * scale : accumulate < 0 ? d - q * scale : q * scale;
 }
 
-/* deq_f32 with SIMD, W at a time, from where d is 64-byte aligned: the few elements before
+/* deq_f32 with AVX2, 8 at a time, from where d is 64-byte aligned: the few elements before
  * and after go one at a time (a short scalar loop beats deq_f32's vector prologue there), so
  * that no store straddles two cache lines: large NumPy arrays start 16 bytes past one.
- * Masked stores would do the ends in one step, but they are slow on Zen 4.  WIDEN(p) loads
- * W int8 from p as W floats. */
-#define DEQ_SIMD(ISA, W, V, WIDEN, SET1, LOAD, STORE, MUL, ADD, SUB)                         \
-    __attribute__((target(#ISA)))                                                            \
-    static void deq_##ISA(const int8_t *restrict q, size_t m, float scale, float *restrict d, \
-                          int accumulate)                                                    \
-    {                                                                                        \
-        const V s = SET1(scale);                                                             \
-        size_t i = ((64 - ((uintptr_t)d & 63)) & 63) / sizeof *d;                           \
-        i = i < m ? i : m;                                                                   \
-        for (size_t j = 0; j < i; j++)                                                       \
-            d[j] = deq1(d[j], q[j], scale, accumulate);                                      \
-        for (; i + W <= m; i += W) {                                                         \
-            V v = MUL(WIDEN(q + i), s);                                                      \
-            if (accumulate > 0)                                                              \
-                v = ADD(LOAD(d + i), v);                                                     \
-            else if (accumulate < 0)                                                         \
-                v = SUB(LOAD(d + i), v);                                                     \
-            STORE(d + i, v);                                                                 \
-        }                                                                                    \
-        for (; i < m; i++)                                                                   \
-            d[i] = deq1(d[i], q[i], scale, accumulate);                                      \
+ * Masked stores would do the ends in one step, but they are slow on Zen 4.  (With AVX-512,
+ * unpack_avx512 below sweeps all buckets at once.) */
+__attribute__((target("avx2")))
+static void deq_avx2(const int8_t *restrict q, size_t m, float scale, float *restrict d,
+                     int accumulate)
+{
+    const __m256 s = _mm256_set1_ps(scale);
+    size_t i = ((64 - ((uintptr_t)d & 63)) & 63) / sizeof *d;
+    i = i < m ? i : m;
+    for (size_t j = 0; j < i; j++)
+        d[j] = deq1(d[j], q[j], scale, accumulate);
+    for (; i + 8 <= m; i += 8) {
+        __m256i q8 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + i)));
+        __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(q8), s);
+        if (accumulate > 0)
+            v = _mm256_add_ps(_mm256_loadu_ps(d + i), v);
+        else if (accumulate < 0)
+            v = _mm256_sub_ps(_mm256_loadu_ps(d + i), v);
+        _mm256_storeu_ps(d + i, v);
     }
-
-#define WIDEN16(p) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p))))
-#define WIDEN8(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
-DEQ_SIMD(avx512f, 16, __m512, WIDEN16, _mm512_set1_ps, _mm512_loadu_ps, _mm512_storeu_ps,
-         _mm512_mul_ps, _mm512_add_ps, _mm512_sub_ps)
-DEQ_SIMD(avx2, 8, __m256, WIDEN8, _mm256_set1_ps, _mm256_loadu_ps, _mm256_storeu_ps,
-         _mm256_mul_ps, _mm256_add_ps, _mm256_sub_ps)
+    for (; i < m; i++)
+        d[i] = deq1(d[i], q[i], scale, accumulate);
+}
 
 /* Sign packing of floats fused with the lane sums of |v|, one group of LANES = 32 floats at
  * a time: signgroup_<isa> writes the group's 4 bytes of bits and adds |v| into the lane
@@ -605,9 +598,7 @@ static void signvals_avx2(const uint8_t *restrict bits, size_t m, float mag, flo
      : ck_simd_level() == 1 ? int8_bucket_avx2(x, res, m, scale, q)                          \
                             : int8_bucket_f32(x, res, m, stochastic, seed, first, scale, q))
 #define DEQ_F32(q, m, scale, d, acc)                                                         \
-    (ck_simd_level() == 2   ? deq_avx512f(q, m, scale, d, acc)                               \
-     : ck_simd_level() == 1 ? deq_avx2(q, m, scale, d, acc)                                  \
-                            : deq_f32(q, m, scale, d, acc))
+    (ck_simd_level() ? deq_avx2(q, m, scale, d, acc) : deq_f32(q, m, scale, d, acc))
 
 /* d = / += q * (scale of its bucket), scale k being scales[k] / div: div is 1 for int8 (the
  * quotient is then scales[k] exactly) and the number of levels for QSGD.  Bucket by bucket. */
@@ -645,7 +636,8 @@ static void unpack_avx512(const int8_t *q, const float *scales, float div, size_
             if (r < 16)
                 sv = _mm512_mask_blend_ps(tail16(r), s, sv);
         }
-        __m512 v = _mm512_mul_ps(WIDEN16(q + i), sv);
+        __m512i q16 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + i)));
+        __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(q16), sv);
         if (accumulate > 0)
             v = _mm512_add_ps(_mm512_loadu_ps(d + i), v);
         else if (accumulate < 0)
@@ -669,7 +661,7 @@ static void unpack_avx512(const int8_t *q, const float *scales, float div, size_
 
 /* ---- entry points ----------------------------------------------------------------------- */
 
-#define BUCKETED(SUF, T, INT8_BUCKET, UNPACK, SIGNPACK, SIGNVALS)                                    \
+#define BUCKETED(SUF, T, INT8_BUCKET, UNPACK, SIGNPACK, SIGNVALS)                          \
     CLONES void ck_int8_pack_##SUF(const T *x, size_t n, size_t bucket, int stochastic,      \
                                    uint64_t seed, int8_t *q, T *scales, T *res)              \
     {                                                                                        \
