@@ -27,7 +27,6 @@ typedef struct { double re, im; } c128;
 #define LOOP(NAME, T, EXPR)                                                        \
     CLONES static void NAME(T *restrict d, const T *restrict s, size_t n)                 \
     {                                                                              \
-        _Pragma("GCC unroll 4")                                                    \
         for (size_t i = 0; i < n; i++) {                                           \
             T a = d[i], b = s[i];                                                  \
             d[i] = (EXPR);                                                         \
