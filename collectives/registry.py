@@ -56,7 +56,7 @@ ALGORITHMS = {
                   "needs (p - 1) x count elements of scratch, over COLLECTIVES_MAX_SCRATCH"),
         Algorithm("allreduce_reduce_bcast"),
         Algorithm("allreduce_binomial"),
-        Algorithm("allreduce_round_robin"),
+        Algorithm("allreduce_round_robin", reads_in=True),
         Algorithm("allreduce_recursive_doubling"),
         Algorithm("allreduce_rabenseifner"),
         Algorithm("allreduce_ring", reads_in=True),
@@ -72,10 +72,12 @@ ALGORITHMS = {
     "allgather": [
         Algorithm("allgather_ring"),
         Algorithm("allgather_recursive_doubling"),
+        Algorithm("allgather_pairwise"),
     ],
     "reduce_scatter": [
         Algorithm("reduce_scatter_ring"),
         Algorithm("reduce_scatter_recursive_halving"),
+        Algorithm("reduce_scatter_pairwise"),
     ],
     "gather": [
         Algorithm("gather_linear"),

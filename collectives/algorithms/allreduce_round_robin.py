@@ -1,27 +1,28 @@
-"""Round-robin all-reduce: every rank broadcasts its vector in turn, every rank folds it in.
+"""Round-robin all-reduce (Zhao and Canny): owners of 1/p each, direct exchange both ways.
 
-Steps: each rank r > 0 first saves its input to scratch, since ACC becomes the running
-result.  In round k = 0 .. p-1 rank k broadcasts its input down a binomial tree rooted at k
-(bcast_binomial); every rank folds it into ACC.  Round 0 lands in ACC directly.  All ranks
-thus compute ((x0 op x1) op x2) ... in the same order, with no result sent anywhere.
+Steps: split the vector into p near-equal blocks; rank r owns block r.  Reduce-scatter
+phase (reduce_scatter_pairwise): in round k = 1 .. p-1 rank r sends its part of block
+(r+k) mod p straight to that owner and receives its own block's part from rank (r-k) mod p,
+folding it in.  All-gather phase (allgather_pairwise): in round k rank r sends its reduced
+block to rank (r+k) mod p and receives the reduced block of rank (r-k) mod p into place.
 
-Restrictions: none.  p broadcasts of the whole vector: a baseline for identical-everywhere
-reduction, not for speed.
+Reduction order: owner r folds ((x_r op x_(r-1)) op x_(r-2)) ... op x_(r+1), indices mod
+p.  Each block is reduced once, by its owner, and then only copied, so every rank ends with
+the same bits.  The input is read where it lies (IN), never copied into ACC first.
 
-Cost: p ceil(lg p) (alpha + n beta) + (p-1) n gamma.
+Restrictions: none (commutative ops, as all of collectives.ops are); any p, any count.
+Bandwidth-optimal like the ring, but each message goes from its sender to its final reader
+in one hop: every pair of ranks exchanges a message in each phase, which a ring avoids.
+
+Cost: 2 (p-1) alpha + 2 ((p-1)/p) n beta + ((p-1)/p) n gamma.
 """
-from ..schedule import ACC, TMP
-from .bcast_binomial import bcast_binomial
+from ..schedule import IN, blocks
+from .allgather_pairwise import allgather_pairwise
+from .reduce_scatter_pairwise import reduce_scatter_pairwise
 
 
 def allreduce_round_robin(s, count):
-    """All-reduce ACC in place: p binomial broadcasts, each folded into every rank's ACC."""
-    r = s.rank
-    if r:
-        s.copy((TMP, 0, count), (ACC, 0, count))
-    bcast_binomial(s, count, 0)
-    for k in range(1, s.size):
-        # Own input sits at TMP[0] until round r, after which that room is free again.
-        at = (TMP, 0 if k >= r else count)
-        bcast_binomial(s, count, k, at=at)
-        s.reduce((ACC, 0, count), (*at, count))
+    """All-reduce IN into ACC: pairwise reduce-scatter to block owners, pairwise all-gather back."""
+    counts, _ = blocks(count, s.size)
+    reduce_scatter_pairwise(s, counts, src=IN)
+    allgather_pairwise(s, counts)
