@@ -1,11 +1,19 @@
-"""The schedules of the all-reduce, all-gather and reduce-scatter algorithms at p = 2..12, without MPI.
+"""The schedules of every algorithm of every collective at p = 2..12, without MPI.
 
 Every rank's schedule runs in this one process on symbolic data: an element is a name
 ("x3.7": rank 3's element 7) and a combine builds the pair (left, right), so a result
-is its own reduction tree.  Checks: no deadlock (sends are eager, so only receive order
-matters), no message left over, matching sizes, every input in each result exactly once,
-and, for all-reduce, the same tree on every rank: the bit-identity the MPI tests sample,
-here for every element and every p up to 12, including those no mpiexec run uses.
+is its own reduction tree.  Checks: no deadlock, no message left over, matching sizes,
+every input in each result exactly once (the data in its place, for the collectives that
+only move it), and, for all-reduce, the same tree on every rank: the bit-identity the MPI
+tests sample, here for every element and every p up to 12, including those no mpiexec
+run uses.  A barrier must let no rank out before it has heard, directly or through others,
+from every rank.
+
+Each schedule runs under two models of a blocking send.  EAGER: a send completes at once,
+as MPI buffers small messages, so only the order of receives can deadlock.  RENDEZVOUS: a
+send completes only once the destination has posted the matching receive, as MPI_Send may
+for any message (large ones always do), so a ring of blocking sends deadlocks.  Sendrecv
+posts both halves at once; Isend and Irecv never block until their Waitall.
 """
 import numpy as np
 import pytest
@@ -15,67 +23,124 @@ from collectives.schedule import (ACC, COPY, IN, IRECV, ISEND, NONE, REDUCE, SEN
                                   WAITALL, Schedule, displacements)
 
 RANKS = range(2, 13)
+MODELS = pytest.mark.parametrize("eager", [True, False], ids=["eager", "rendezvous"])
+KINDS = {SENDRECV: "sendrecv", REDUCE: "reduce", COPY: "copy", ISEND: "isend", IRECV: "irecv",
+         WAITALL: "waitall"}
+
+
+class Request:
+    """One posted send or receive, done once matched; an eager send is done when posted."""
+
+    def __init__(self, done=False):
+        self.done = done
 
 
 class Machine:
-    """p ranks running their schedules over Python lists, with FIFO channels between them."""
+    """p ranks running their schedules over Python lists, matching sends and receives per
+    (source, destination) pair in posting order, as MPI does on one communicator and tag.
 
-    def __init__(self, algorithm, p, args, buffers):
-        self.p = p
+    ``args(r)`` gives rank r's builder arguments (or one tuple for every rank);
+    ``buffers(r)`` gives its (ACC, IN) lists, None where a rank has none.
+    """
+
+    def __init__(self, build, p, args, buffers, eager):
+        self.p, self.eager = p, eager
         self.steps = []
         self.bufs = []
         for r in range(p):
             s = Schedule(r, p)
-            algorithm.build(s, *args)
+            build(s, *(args(r) if callable(args) else args))
             self.steps.append(s.finish().tolist())
             acc, inp = buffers(r)
             self.bufs.append({ACC: acc, TMP: [None] * s.tmp_count, IN: inp})
-        self.channels = {}
+        self.sends = {}   # (source, dest): posted sends not yet matched, in posting order
+        self.recvs = {}   # (source, dest): posted receives not yet matched, in posting order
+        self.heard = [{r} for r in range(p)]  # whom each rank has heard from, through others too
 
-    def _send(self, r, dest, buf, off, cnt):
-        self.channels.setdefault((r, dest), []).append(self.bufs[r][buf][off:off + cnt])
-
-    def _recv(self, r, source, buf, off, cnt):
-        """Take the next message from ``source`` into place; False when there is none yet."""
-        queue = self.channels.get((source, r))
-        if not queue:
-            return False
-        data = queue.pop(0)
+    def _match(self, send, recv):
+        (data, heard, sreq), (r, source, buf, off, cnt, rreq) = send, recv
         assert len(data) == cnt, f"rank {r} expects {cnt} elements from {source}, gets {len(data)}"
         self.bufs[r][buf][off:off + cnt] = data
-        return True
+        self.heard[r] |= heard
+        sreq.done = rreq.done = True
+
+    def _send(self, r, dest, buf, off, cnt):
+        req = Request(done=self.eager)
+        send = (self.bufs[r][buf][off:off + cnt], frozenset(self.heard[r]), req)
+        waiting = self.recvs.get((r, dest))
+        if waiting:
+            self._match(send, waiting.pop(0))
+        else:
+            self.sends.setdefault((r, dest), []).append(send)
+        return req
+
+    def _recv(self, r, source, buf, off, cnt):
+        req = Request()
+        recv = (r, source, buf, off, cnt, req)
+        waiting = self.sends.get((source, r))
+        if waiting:
+            self._match(waiting.pop(0), recv)
+        else:
+            self.recvs.setdefault((source, r), []).append(recv)
+        return req
+
+    @staticmethod
+    def _uses(row):
+        """The (buf, off, cnt, writes) regions a step reads or writes."""
+        kind, ab, ao, ac, ap, bb, bo, bc, bp = row
+        if kind == SENDRECV:
+            return [(ab, ao, ac, False)] * (ap != NONE) + [(bb, bo, bc, True)] * (bp != NONE)
+        if kind == REDUCE:
+            return [(ap if ap != NONE else ab, ao, ac, False), (bb, bo, bc, False), (ab, ao, ac, True)]
+        if kind == COPY:
+            return [(bb, bo, bc, False), (ab, ao, ac, True)]
+        if kind == IRECV:
+            return [(bb, bo, bc, True)]
+        if kind == ISEND:
+            return [(ab, ao, ac, False)]
+        return []
 
     def _step(self, r, row, state):
-        """Run one step of rank ``r``; False when it must wait for a message."""
+        """Run one step of rank ``r``; False when it must wait.
+
+        A step may not write memory that a started Isend reads, nor touch memory that a
+        started Irecv writes, before their Waitall: MPI leaves the outcome undefined.
+        """
         kind, ab, ao, ac, ap, bb, bo, bc, bp = row
         b = self.bufs[r]
+        if state["blocking"] is None:
+            for buf, off, cnt, writes in self._uses(row):
+                for _, sbuf, soff, scnt, swrites in state["started"]:
+                    assert not (buf == sbuf and off < soff + scnt and soff < off + cnt
+                                and (writes or swrites)), \
+                        f"rank {r}: {KINDS[kind]} uses {buf}[{off}:{off + cnt}] while a started " \
+                        f"{'irecv' if swrites else 'isend'} owns {sbuf}[{soff}:{soff + scnt}]"
         if kind == SENDRECV:
-            if ap != NONE and not state["sent"]:
-                self._send(r, ap, ab, ao, ac)
-                state["sent"] = True
-            if bp != NONE and not self._recv(r, bp, bb, bo, bc):
+            if state["blocking"] is None:
+                state["blocking"] = ([self._send(r, ap, ab, ao, ac)] if ap != NONE else []) + \
+                                    ([self._recv(r, bp, bb, bo, bc)] if bp != NONE else [])
+            if not all(req.done for req in state["blocking"]):
                 return False
-            state["sent"] = False
+            state["blocking"] = None
         elif kind == REDUCE:
             left = b[ap if ap != NONE else ab]
             b[ab][ao:ao + ac] = [(left[ao + i], b[bb][bo + i]) for i in range(ac)]
         elif kind == COPY:
             b[ab][ao:ao + ac] = b[bb][bo:bo + bc]
         elif kind == ISEND:
-            self._send(r, ap, ab, ao, ac)
+            state["started"].append((self._send(r, ap, ab, ao, ac), ab, ao, ac, False))
         elif kind == IRECV:
-            state["posted"].append((bp, bb, bo, bc))
+            state["started"].append((self._recv(r, bp, bb, bo, bc), bb, bo, bc, True))
         elif kind == WAITALL:
-            while state["posted"]:
-                if not self._recv(r, *state["posted"][0]):
-                    return False
-                state["posted"].pop(0)
+            if not all(req.done for req, *_ in state["started"]):
+                return False
+            state["started"] = []
         return True
 
     def run(self):
         """Run every rank to the end; each rank's ACC."""
         pcs = [0] * self.p
-        states = [{"sent": False, "posted": []} for _ in range(self.p)]
+        states = [{"blocking": None, "started": []} for _ in range(self.p)]
         moved = True
         while moved:
             moved = False
@@ -83,9 +148,15 @@ class Machine:
                 while pcs[r] < len(self.steps[r]) and self._step(r, self.steps[r][pcs[r]], states[r]):
                     pcs[r] += 1
                     moved = True
-        stuck = [r for r in range(self.p) if pcs[r] < len(self.steps[r])]
-        assert not stuck, f"deadlock: ranks {stuck} wait forever"
-        assert not any(self.channels.values()), "messages sent but never received"
+        model = "eager" if self.eager else "rendezvous"
+        stuck = {}
+        for r in range(self.p):
+            if pcs[r] < len(self.steps[r]):
+                row = self.steps[r][pcs[r]]
+                stuck[r] = f"{KINDS[row[0]]} to {row[4]} from {row[8]}"
+        assert not stuck, f"deadlock ({model} sends): ranks wait forever at steps {stuck}"
+        assert not any(self.sends.values()), f"messages sent but never received ({model} sends)"
+        assert not any(self.recvs.values()), f"receives posted but never matched ({model} sends)"
         return [b[ACC] for b in self.bufs]
 
 
@@ -97,55 +168,204 @@ def _inputs(p, n):
     return [[f"x{r}.{i}" for i in range(n)] for r in range(p)]
 
 
-def _check_allreduce(algorithm, sizes):
+def _uneven(p, seed):
+    return tuple(int(c) for c in np.random.default_rng([p, seed]).integers(0, 5, p))
+
+
+def _counts(p):
+    """Equal blocks, all-empty blocks and two draws of uneven ones (zeros among them)."""
+    return ((3,) * p, (0,) * p, _uneven(p, 1), _uneven(p, 2))
+
+
+def _check_allreduce(algorithm, sizes, eager):
     for p in RANKS:
         for n in sizes(p):
             data = _inputs(p, n)
             if algorithm.reads_in:
-                out = Machine(algorithm, p, (n,), lambda r: ([None] * n, data[r])).run()
+                out = Machine(algorithm.build, p, (n,), lambda r: ([None] * n, data[r]), eager).run()
             else:
-                out = Machine(algorithm, p, (n,), lambda r: (list(data[r]), None)).run()
+                out = Machine(algorithm.build, p, (n,), lambda r: (list(data[r]), None), eager).run()
             for i in range(n):
                 assert sorted(_leaves(out[0][i])) == sorted(d[i] for d in data), (p, n, i)
                 assert all(o[i] == out[0][i] for o in out), f"p={p} n={n}: element {i} differs"
 
 
+@MODELS
 @pytest.mark.parametrize("algorithm", ALGORITHMS["allreduce"], ids=lambda a: a.name)
-def test_allreduce_schedule(algorithm):
-    _check_allreduce(algorithm, lambda p: (0, 1, p - 1, p + 1, 2 * p + 3))
+def test_allreduce_schedule(algorithm, eager):
+    _check_allreduce(algorithm, lambda p: (0, 1, p - 1, p + 1, 2 * p + 3), eager)
 
 
-def _uneven(p, seed):
-    return tuple(int(c) for c in np.random.default_rng([p, seed]).integers(0, 5, p))
-
-
+@MODELS
 @pytest.mark.parametrize("algorithm", ALGORITHMS["allgather"], ids=lambda a: a.name)
-def test_allgather_schedule(algorithm):
+def test_allgather_schedule(algorithm, eager):
     for p in RANKS:
-        for counts in ((3,) * p, _uneven(p, 1), _uneven(p, 2)):
+        for counts in _counts(p):
             at = displacements(counts) + (sum(counts),)
             want = [f"b{r}.{i}" for r in range(p) for i in range(counts[r])]
 
             def own(r):
                 return [want[x] if at[r] <= x < at[r + 1] else None for x in range(at[p])], None
-            for r, got in enumerate(Machine(algorithm, p, (counts,), own).run()):
+            for r, got in enumerate(Machine(algorithm.build, p, (counts,), own, eager).run()):
                 assert got == want, f"p={p} counts={counts}: rank {r}"
 
 
+@MODELS
 @pytest.mark.parametrize("algorithm", ALGORITHMS["reduce_scatter"], ids=lambda a: a.name)
-def test_reduce_scatter_schedule(algorithm):
+def test_reduce_scatter_schedule(algorithm, eager):
     for p in RANKS:
-        for counts in ((3,) * p, _uneven(p, 1), _uneven(p, 2)):
+        for counts in _counts(p):
             at = displacements(counts) + (sum(counts),)
             data = _inputs(p, at[p])
-            out = Machine(algorithm, p, (counts,), lambda r: (list(data[r]), None)).run()
+            out = Machine(algorithm.build, p, (counts,), lambda r: (list(data[r]), None), eager).run()
             for r in range(p):
                 for i in range(at[r], at[r + 1]):
                     assert sorted(_leaves(out[r][i])) == sorted(d[i] for d in data), (p, counts, r, i)
+
+
+@MODELS
+@pytest.mark.parametrize("algorithm", ALGORITHMS["bcast"], ids=lambda a: a.name)
+def test_bcast_schedule(algorithm, eager):
+    for p in RANKS:
+        for n in (0, 1, p + 1, 2 * p + 3):
+            want = [f"b{i}" for i in range(n)]
+            for root in range(p):
+                def start(r):
+                    return (list(want) if r == root else [None] * n), None
+                for r, got in enumerate(Machine(algorithm.build, p, (n, root), start, eager).run()):
+                    assert got == want, f"p={p} n={n} root={root}: rank {r}"
+
+
+@MODELS
+@pytest.mark.parametrize("algorithm", ALGORITHMS["reduce"], ids=lambda a: a.name)
+def test_reduce_schedule(algorithm, eager):
+    """Non-roots get no ACC at all (None), so a schedule that touches theirs fails."""
+    for p in RANKS:
+        for n in (0, 1, p + 1):
+            data = _inputs(p, n)
+            for root in range(p):
+                def start(r):
+                    return ([None] * n if r == root else None), data[r]
+                out = Machine(algorithm.build, p, (n, root), start, eager).run()[root]
+                for i in range(n):
+                    assert sorted(_leaves(out[i])) == sorted(d[i] for d in data), (p, n, root, i)
+
+
+def _rooted_cases(algorithm, p):
+    """(counts, args) of the gather and scatter cases ``algorithm`` takes at p ranks.
+
+    Equal counts are known everywhere (Gather, Scatter); unequal ones only at the root, the
+    other ranks seeing -1 for every count but their own, as Gatherv and Scatterv pass them.
+    """
+    for counts in _counts(p):
+        uniform = len(set(counts)) == 1
+        if algorithm.applies(p, sum(counts), uniform) is not None:
+            continue
+        for root in range(p):
+            def args(r, counts=counts, root=root, uniform=uniform):
+                known = counts if uniform or r == root else \
+                    tuple(c if i == r else -1 for i, c in enumerate(counts))
+                return known, root
+            yield counts, root, args
+
+
+@MODELS
+@pytest.mark.parametrize("algorithm", ALGORITHMS["gather"], ids=lambda a: a.name)
+def test_gather_schedule(algorithm, eager):
+    for p in RANKS:
+        for counts, root, args in _rooted_cases(algorithm, p):
+            want = [f"b{r}.{i}" for r in range(p) for i in range(counts[r])]
+
+            def start(r):
+                own = [f"b{r}.{i}" for i in range(counts[r])]
+                return ([None] * len(want) if r == root else None), own
+            got = Machine(algorithm.build, p, args, start, eager).run()[root]
+            assert got == want, f"p={p} counts={counts} root={root}"
+
+
+@MODELS
+@pytest.mark.parametrize("algorithm", ALGORITHMS["scatter"], ids=lambda a: a.name)
+def test_scatter_schedule(algorithm, eager):
+    for p in RANKS:
+        for counts, root, args in _rooted_cases(algorithm, p):
+            blocks = [[f"b{r}.{i}" for i in range(counts[r])] for r in range(p)]
+
+            def start(r):
+                return [None] * counts[r], (sum(blocks, []) if r == root else None)
+            for r, got in enumerate(Machine(algorithm.build, p, args, start, eager).run()):
+                assert got == blocks[r], f"p={p} counts={counts} root={root}: rank {r}"
+
+
+@MODELS
+@pytest.mark.parametrize("algorithm", ALGORITHMS["barrier"], ids=lambda a: a.name)
+def test_barrier_schedule(algorithm, eager):
+    for p in RANKS:
+        machine = Machine(algorithm.build, p, (), lambda r: ([], None), eager)
+        machine.run()
+        for r in range(p):
+            assert machine.heard[r] == set(range(p)), f"p={p}: rank {r} leaves before hearing from all"
 
 
 def test_segmented_ring_schedule(monkeypatch):
     """Segments of 3 elements, so blocks go as trains, of unequal length when blocks are uneven."""
     monkeypatch.setattr("collectives.algorithms.allreduce_ring_segmented.SEGMENT", 3)
     ring = next(a for a in ALGORITHMS["allreduce"] if a.name == "allreduce_ring_segmented")
-    _check_allreduce(ring, lambda p: (3 * p, 7 * p - 1, 10 * p + 2))
+    for eager in (True, False):
+        _check_allreduce(ring, lambda p: (3 * p, 7 * p - 1, 10 * p + 2), eager)
+
+
+def _send_then_receive(s):
+    """Every rank sends to its right neighbour, then receives from its left: a ring of MPI_Send."""
+    p, r = s.size, s.rank
+    s.send((r + 1) % p, ACC, 0, 1)
+    s.recv((r - 1) % p, ACC, 0, 1)
+
+
+def _receive_then_send(s):
+    """Every rank receives from its left neighbour before it sends: deadlocks however sends go."""
+    p, r = s.size, s.rank
+    s.recv((r - 1) % p, ACC, 0, 1)
+    s.send((r + 1) % p, ACC, 0, 1)
+
+
+@pytest.mark.parametrize("build,eager,deadlocks", [
+    (_send_then_receive, True, False), (_send_then_receive, False, True),
+    (_receive_then_send, True, True), (_receive_then_send, False, True),
+], ids=["send-recv-eager", "send-recv-rendezvous", "recv-send-eager", "recv-send-rendezvous"])
+def test_machine_finds_deadlocks(build, eager, deadlocks):
+    """The checker itself: a ring of blocking sends deadlocks only when sends wait for receives."""
+    machine = Machine(build, 3, (), lambda r: ([f"x{r}"], None), eager)
+    if deadlocks:
+        with pytest.raises(AssertionError, match="deadlock"):
+            machine.run()
+    else:
+        assert machine.run() == [["x2"], ["x0"], ["x1"]]
+
+
+def _combine_before_wait(s):
+    """Rank 1 combines into the block its Irecv is still writing."""
+    if s.rank == 0:
+        s.send(1, ACC, 0, 1)
+    else:
+        s.irecv(0, TMP, 0, 1)
+        s.reduce((ACC, 0, 1), (TMP, 0, 1))
+        s.waitall()
+
+
+def _overwrite_before_wait(s):
+    """Rank 0 overwrites what its Isend is still reading."""
+    if s.rank == 0:
+        s.isend(1, ACC, 0, 2)
+        s.copy((ACC, 1, 1), (ACC, 0, 1))
+        s.waitall()
+    else:
+        s.recv(0, ACC, 0, 2)
+
+
+@pytest.mark.parametrize("build,owner", [(_combine_before_wait, "irecv"), (_overwrite_before_wait, "isend")],
+                         ids=["combine-before-wait", "overwrite-before-wait"])
+def test_machine_finds_buffer_races(build, owner):
+    """The checker itself: touching memory that a started request owns fails, whatever the timing."""
+    machine = Machine(build, 2, (), lambda r: ([f"x{r}.0", f"x{r}.1"], None), eager=True)
+    with pytest.raises(AssertionError, match=f"while a started {owner}"):
+        machine.run()
