@@ -159,3 +159,17 @@ def test_no_command():
     result = subprocess.run([sys.executable, "-m", "collectives"], capture_output=True, text=True, timeout=120,
                             env=_env())
     assert result.returncode == 2 and result.stderr.startswith("usage: python -m collectives {train}")
+
+
+def test_bad_checkpoint(tmp_path):
+    ckpt = _write(tmp_path, "ckpt.npz", "not a zip file")
+    one_error(launch("--optimizer", "sgd", "--checkpoint", ckpt, "--resume", *QUICK), 1,
+              f"{ckpt}: not a checkpoint of this job")
+
+
+def test_checkpoint_from_another_rank_count(tmp_path):
+    ckpt = str(tmp_path / "ckpt.npz")
+    first = launch("--optimizer", "sgd", "--checkpoint", ckpt, "--checkpoint-every", "5", *QUICK, np_=1)
+    assert first.returncode == 0, first.stderr
+    one_error(launch("--optimizer", "sgd", "--checkpoint", ckpt, "--resume", *QUICK), 1,
+              f"{ckpt} was written by 1 ranks, resuming with 2")

@@ -24,6 +24,7 @@ import json
 import os
 import sys
 import time
+import zipfile
 
 import numpy as np
 from mpi4py import MPI
@@ -281,12 +282,22 @@ class Trainer:
                 write_file(path, lambda f: np.savez(f, **flat))
 
     def load(self, path, opt):
-        """(w, epoch, step) restored from ``path`` into ``opt``; same number of ranks required."""
-        with np.load(path) as f:
-            if int(f["nranks"]) != self.size:
-                raise ValueError(f"{path} was written by {int(f['nranks'])} ranks, resuming with {self.size}")
-            mine = {k.split("/", 1)[1]: f[k] for k in f.files if k.startswith(f"{self.rank}/")}
-            self.history = json.loads(str(f["history"]))
+        """(w, epoch, step) restored from ``path`` into ``opt``; same number of ranks required.
+
+        DataError on every rank when any rank cannot read it: resuming some ranks but not
+        others would train on silently mixed states.
+        """
+        with together(self.comm.comm):
+            try:
+                with np.load(path) as f:
+                    nranks = int(f["nranks"])
+                    mine = {k.split("/", 1)[1]: f[k] for k in f.files if k.startswith(f"{self.rank}/")}
+                    history = json.loads(str(f["history"]))
+            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+                raise DataError(f"{path}: not a checkpoint of this job ({exc})") from exc
+            if nranks != self.size:
+                raise DataError(f"{path} was written by {nranks} ranks, resuming with {self.size}")
+        self.history = history
         opt.load({k[4:]: v for k, v in mine.items() if k.startswith("opt.")})
         self.t = int(mine["t"])
         return mine["w"].copy(), int(mine["epoch"]), int(mine["step"])
@@ -314,7 +325,7 @@ class Trainer:
         w = self.model.init(np.random.default_rng(o["seed"]))
         opt = self.new_optimizer()
         epoch0 = step0 = 0
-        if o["resume"] and o["checkpoint"] and os.path.exists(o["checkpoint"]):
+        if o["resume"] and o["checkpoint"] and any(self.comm.comm.allgather(os.path.exists(o["checkpoint"]))):
             w, epoch0, step0 = self.load(o["checkpoint"], opt)
         mode = self._batch if o["optimizer"] in optim.BATCH else getattr(self, "_" + o["sync"])
         return mode(w, opt, epoch0, step0)
