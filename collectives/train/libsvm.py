@@ -199,7 +199,7 @@ def read_libsvm(path, comm=None, zero_based="auto", n_features=None, dense=False
     comm = getattr(comm, "comm", comm)  # a collectives.Comm wraps an mpi4py one
     with together(comm):
         if not os.path.isfile(path):
-            raise DataError(f"{path}: no such file")
+            raise DataError(f"{path}: {'not a regular file' if os.path.exists(path) else 'no such file'}")
         try:
             start, end = byte_range(os.path.getsize(path), comm.Get_rank(), comm.Get_size())
             chunk = read_range(path, start, end)
