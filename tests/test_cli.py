@@ -129,7 +129,7 @@ def test_no_test_set(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "nan" not in result.stdout.lower()
     lines = result.stdout.splitlines()
-    assert lines[-1] == "no test set (--test-fraction 0)"
+    assert lines[-1] == "no test set (no rows held out)"
     assert "test acc" not in result.stdout
     assert lines[1].split() == ["epoch", "step", "objective", "train", "acc", "compute", "s", "comm", "s"]
     assert json.load(open(metrics))["test_metric"] is None
@@ -177,3 +177,26 @@ def test_checkpoint_from_another_rank_count(tmp_path):
 
 def test_directory_as_data(tmp_path):
     one_error(launch("--data", str(tmp_path), *QUICK), 1, f"{tmp_path}: not a regular file")
+
+
+BUG_ON_RANK_1 = """
+import sys
+from mpi4py import MPI
+import collectives.__main__ as cli
+import collectives.train.job as job
+if MPI.COMM_WORLD.Get_rank() == 1:
+    job.prepare = lambda *args, **kw: 1 / 0
+sys.exit(cli.main(["train", "--no-progress", "--epochs", "3"]))
+"""
+
+
+def test_unexpected_error_on_one_rank_aborts():
+    """A bug on rank 1 while rank 0 waits in a collective: the launch ends (no hang), non-zero,
+    naming the rank and the exception in one line of ours, without a traceback."""
+    result = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", BUG_ON_RANK_1], capture_output=True,
+                            text=True, timeout=300, env=_env())
+    assert result.returncode != 0
+    ours = [line for line in result.stderr.splitlines() if line.startswith(PREFIX)]
+    assert ours == [f"{PREFIX}internal error on rank 1: ZeroDivisionError: division by zero "
+                    "(--debug shows the traceback)"], result.stderr
+    assert "Traceback" not in result.stderr

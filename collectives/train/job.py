@@ -139,7 +139,7 @@ def parser():
     a("--seed", type=int, default=d["seed"])
     a("--log-every", type=count, default=None, help="table row every N epochs (default: about 20 rows)")
     a("--checkpoint", default=None, help="checkpoint file (.npz)")
-    a("--checkpoint-every", type=int, default=0, help="checkpoint every N steps")
+    a("--checkpoint-every", type=_at_least(0, int), default=0, help="checkpoint every N steps")
     a("--resume", action="store_true", help="continue from --checkpoint if it exists")
     a("--max-steps", type=int, default=None, help="stop after N steps in total")
     a("--metrics", default=None, help="write metrics as JSON here")
@@ -154,12 +154,16 @@ def main(argv=None):
     args = parser().parse_args(argv)
     comm = Comm()
     try:
-        return _run(comm, args)
-    finally:
-        comm.Free()
+        _run(comm, args)
+    except (UsageError, DataError):
+        comm.Free()  # every rank raised it (errors.together), so all of them free together
+        raise
+    comm.Free()
+    return 0
 
 
 def _run(comm, args):
+    """Check the options, prepare the data, train, report."""
     classify = args.model in CLASSIFIERS
     options = {k: getattr(args, k) for k in DEFAULTS if hasattr(args, k)}
     if options["allreduce"] == "auto":
@@ -180,7 +184,6 @@ def _run(comm, args):
     with together(comm.comm):
         if comm.rank == 0:
             _report(args, prepared, trainer, w, metrics, classify)
-    return 0
 
 
 def _report(args, prepared, trainer, w, metrics, classify):
@@ -191,7 +194,7 @@ def _report(args, prepared, trainer, w, metrics, classify):
     print(f"objective {F:.12f}  train {what} {train_m:.4f}  time {trainer.elapsed:.2f} s "
           f"(compute {tm['compute']:.2f} s, communication {tm['comm']:.2f} s"
           + (f", overlap {trainer.overlap:.0%}" if trainer.overlap is not None else "") + ")")
-    print(f"test {what}: {test_m:.4f}" if trainer.n_test else "no test set (--test-fraction 0)")
+    print(f"test {what}: {test_m:.4f}" if trainer.n_test else "no test set (no rows held out)")
     if args.metrics:
         write_file(args.metrics, lambda f: f.write(json.dumps(metrics, indent=1, default=float).encode()))
     if args.save:
