@@ -24,7 +24,6 @@ import json
 import os
 import sys
 import time
-import zipfile
 
 import numpy as np
 from mpi4py import MPI
@@ -287,6 +286,8 @@ class Trainer:
         DataError on every rank when any rank cannot read it: resuming some ranks but not
         others would train on silently mixed states.
         """
+        import zipfile  # as np.load does, only when a checkpoint is read
+
         with together(self.comm.comm):
             try:
                 with np.load(path) as f:
