@@ -67,9 +67,9 @@ def redistribute(comm, part, dest):
     y = np.concatenate([y for _, y, _ in incoming])
     rows = np.concatenate([r for _, _, r in incoming])
     keep = np.argsort(rows, kind="stable")
-    if issparse(part.X):
-        return Part(sys.modules["scipy.sparse"].vstack([x for x, _, _ in incoming]).tocsr()[keep], y[keep], rows[keep])
-    return Part(np.vstack([x for x, _, _ in incoming])[keep], y[keep], rows[keep])
+    xs = [x for x, _, _ in incoming]
+    X = sys.modules["scipy.sparse"].vstack(xs).tocsr() if issparse(part.X) else np.vstack(xs)
+    return Part(X[keep], y[keep], rows[keep])
 
 
 def standardize(comm, parts, dense=True):
