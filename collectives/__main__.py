@@ -1,15 +1,58 @@
-"""``python -m collectives <command>``: ``train`` runs the distributed training job."""
+"""``python -m collectives <command>``: ``train`` runs the distributed training job.
+
+Errors are one line on stderr from rank 0, ``collectives train: error: ...``, and every rank
+exits with status 2 for a usage error, 1 for a data error (collectives.train.errors).  A
+traceback comes too with ``--debug`` or COLLECTIVES_DEBUG=1.  Any other exception is a bug:
+its rank prints that line, then its rank, host and traceback, and aborts the whole launch
+(collectives.abort), since the others may be waiting on it.
+"""
+import os
 import sys
+import traceback
+
+COMMANDS = ("train",)
+
+
+def _debug(argv):
+    return "--debug" in argv or os.environ.get("COLLECTIVES_DEBUG", "") not in ("", "0")
+
+
+def _say(prog, message, debug):
+    if debug:
+        traceback.print_exc()
+    print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
 
 
 def main(argv=None):
     """Dispatch to a command; returns the exit status."""
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in ("train",):
-        print("usage: python -m collectives train [options]   (train --help for the options)", file=sys.stderr)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    if not argv or argv[0] not in COMMANDS:
+        if world.Get_rank() == 0:
+            print(f"usage: python -m collectives {{{','.join(COMMANDS)}}} [options]   (train --help for the options)",
+                  file=sys.stderr)
         return 2
-    from .train.job import main as train
-    return train(argv[1:])
+    prog = f"collectives {argv[0]}"
+    debug = _debug(argv)
+    from . import abort
+    from .train.errors import DataError, UsageError
+
+    abort.install()
+
+    try:
+        from .train.job import main as train
+        return train(argv[1:])
+    except (UsageError, DataError) as exc:
+        # every rank raises the same error (see errors.together): one line is enough
+        if world.Get_rank() == 0:
+            _say(prog, exc, debug)
+        return exc.status
+    except Exception as exc:
+        print(f"{prog}: error: internal error on rank {world.Get_rank()}: {type(exc).__name__}: {exc}",
+              file=sys.stderr, flush=True)
+        abort.abort(type(exc), exc, exc.__traceback__)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import importlib
 import logging
 import os
 
+from .cache import ByteLRU
+
 log = logging.getLogger("collectives")
 
 
@@ -159,13 +161,26 @@ def select(collective, requested, size, count, nbytes, uniform=True):
     return next(a for a in ALGORITHMS[collective] if a.applies(size, count, uniform) is None)
 
 
-@functools.lru_cache(maxsize=1024)
+# Bytes an entry holds besides its steps: two array headers (the steps are a reshaped view),
+# the result and key tuples with their integers, and the cache's own node (tracemalloc: ~0.6 KiB).
+PLAN_OVERHEAD = 640
+_PLANS = ByteLRU()
+
+
 def plan(name, rank, size, *args):
-    """The cached schedule of algorithm ``name`` for one rank: (steps, tmp_count, nreq)."""
+    """The schedule of algorithm ``name`` for one rank: (steps, tmp_count, nreq).
+
+    Cached in a ByteLRU (collectives.cache): at most COLLECTIVES_CACHE_BYTES of plans, the
+    least recently used rebuilt when needed again.
+    """
+    key = (name, rank, size, *args)
+    hit = _PLANS.get(key)
+    if hit is not None:
+        return hit
     from .schedule import Schedule
 
     sched = Schedule(rank, size)
     _BY_NAME[name].build(sched, *args)
     steps = sched.finish()
     steps.setflags(write=False)
-    return steps, sched.tmp_count, sched.nreq
+    return _PLANS.put(key, (steps, sched.tmp_count, sched.nreq), steps.nbytes + PLAN_OVERHEAD)

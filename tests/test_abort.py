@@ -6,7 +6,8 @@ import time
 import pytest
 
 from collectives.abort import EXIT_STATUS
-from launch import mpiexec, only_one_rank
+from tests.launch import mpiexec
+from tests.single_process import one_rank  # noqa: F401 (autouse fixture: each test on one rank)
 
 # Rank 1 fails while rank 0 waits in one of our collectives (blocked without the GIL).
 FAILING = """
@@ -40,7 +41,6 @@ def _assert_aborted(done, seconds, exc_name):
     assert "Traceback (most recent call last)" in done.stderr, done.stderr
 
 
-@only_one_rank
 @pytest.mark.parametrize("form", ["import", "runner"])
 def test_exception_on_one_rank_aborts_the_job(form):
     install = "collectives.abort_on_error()" if form == "import" else ""
@@ -51,20 +51,17 @@ def test_exception_on_one_rank_aborts_the_job(form):
     assert "boom on purpose" in done.stderr
 
 
-@only_one_rank
 def test_exception_in_a_thread_aborts_the_job():
     done, seconds = _run(["-c", FAILING.format(install="collectives.abort_on_error()", fail=IN_THREAD)])
     _assert_aborted(done, seconds, "ZeroDivisionError")
     assert "in thread 'worker'" in done.stderr
 
 
-@only_one_rank
 def test_runner_aborts_on_nonzero_sys_exit():
     done, seconds = _run(["-m", "collectives.run", "-c", FAILING.format(install="", fail="raise SystemExit(5)")])
     _assert_aborted(done, seconds, "SystemExit")
 
 
-@only_one_rank
 def test_runner_runs_a_clean_program_to_completion(tmp_path):
     prog = tmp_path / "prog.py"
     prog.write_text("import sys\nfrom mpi4py import MPI\nimport collectives\n"

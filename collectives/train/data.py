@@ -5,11 +5,19 @@ numbers, so the result does not depend on how many ranks read the file: a row la
 the test set, or in a federated client, by its number and the seed alone.
 """
 import os
+import sys
 
 import numpy as np
-import scipy.sparse as sp
+
+from .errors import UsageError
 
 DIGITS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "digits.svm")
+
+
+def issparse(X):
+    """Whether ``X`` is a SciPy sparse matrix, without importing SciPy where nothing has."""
+    sp = sys.modules.get("scipy.sparse")
+    return sp is not None and sp.issparse(X)
 
 
 class Part:
@@ -39,7 +47,7 @@ def split(comm, part, test_fraction, seed):
     """
     n = comm.allreduce(len(part))
     if not 0 <= test_fraction < 1:
-        raise ValueError(f"test fraction must be in [0, 1), got {test_fraction}")
+        raise UsageError(f"test fraction must be in [0, 1), got {test_fraction}")
     is_test = np.zeros(n, bool)
     is_test[np.random.default_rng(seed).permutation(n)[:int(round(test_fraction * n))]] = True
     number = np.where(is_test, np.cumsum(is_test) - 1, np.cumsum(~is_test) - 1)
@@ -56,12 +64,12 @@ def redistribute(comm, part, dest):
     """Send local row i to rank ``dest[i]``; the rows received, ordered by row number."""
     outgoing = [part.take(np.flatnonzero(dest == r)) for r in range(comm.Get_size())]
     incoming = comm.alltoall([(q.X, q.y, q.rows) for q in outgoing])
-    stack = sp.vstack if sp.issparse(part.X) else np.vstack
-    X = stack([x for x, _, _ in incoming])
     y = np.concatenate([y for _, y, _ in incoming])
     rows = np.concatenate([r for _, _, r in incoming])
     keep = np.argsort(rows, kind="stable")
-    return Part(X.tocsr()[keep] if sp.issparse(X) else X[keep], y[keep], rows[keep])
+    xs = [x for x, _, _ in incoming]
+    X = sys.modules["scipy.sparse"].vstack(xs).tocsr() if issparse(part.X) else np.vstack(xs)
+    return Part(X[keep], y[keep], rows[keep])
 
 
 def standardize(comm, parts, dense=True):
@@ -72,7 +80,7 @@ def standardize(comm, parts, dense=True):
     """
     X = parts[0].X
     n = comm.allreduce(X.shape[0])
-    sums = np.vstack([np.asarray(X.sum(0)).ravel(), np.asarray(X.multiply(X).sum(0) if sp.issparse(X)
+    sums = np.vstack([np.asarray(X.sum(0)).ravel(), np.asarray(X.multiply(X).sum(0) if issparse(X)
                                                                else (X * X).sum(0)).ravel()])
     total = np.empty_like(sums)
     comm.Allreduce(sums, total)
@@ -83,8 +91,10 @@ def standardize(comm, parts, dense=True):
     out = []
     for p in parts:
         if dense:
-            Xs = ((p.X.toarray() if sp.issparse(p.X) else p.X) - mean) / std
+            Xs = ((p.X.toarray() if issparse(p.X) else p.X) - mean) / std
         else:
+            import scipy.sparse as sp  # only the sparse scaling needs SciPy
+
             Xs = sp.csr_matrix(p.X @ sp.diags(1 / std))
         out.append(Part(Xs, p.y, p.rows))
     return out, mean, std

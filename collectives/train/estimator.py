@@ -7,7 +7,6 @@ is the accuracy (or R^2) over all ranks' rows.
 import inspect
 
 import numpy as np
-import scipy.sparse as sp
 from mpi4py import MPI
 
 from .. import Comm
@@ -42,7 +41,7 @@ class _Estimator:
     def _scale(self, X):
         if not self.standardize:
             return X
-        X = X.toarray() if sp.issparse(X) else np.asarray(X, np.float64)
+        X = X.toarray() if D.issparse(X) else np.asarray(X, np.float64)
         return (X - self.mean_) / self.std_
 
     def fit(self, X, y):
@@ -51,7 +50,7 @@ class _Estimator:
             self._comm.Free()
         self._comm = Comm(self.comm)
         raw = self._comm.comm
-        X = X if sp.issparse(X) else np.asarray(X, np.float64)
+        X = X if D.issparse(X) else np.asarray(X, np.float64)
         y = np.asarray(y)
         if X.shape[0] != y.shape[0]:
             raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")

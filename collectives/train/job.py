@@ -12,36 +12,52 @@ from . import data as D
 from .libsvm import read_libsvm
 from .models import CLASSIFIERS, MODELS, make_model
 from .optim import OPTIMIZERS
-from .trainer import DEFAULT_EPOCHS, DEFAULTS, SYNCS, Trainer
+from .errors import DataError, UsageError, together
+from .trainer import DEFAULT_EPOCHS, DEFAULTS, SYNCS, Trainer, check_options, write_file
 
 
 class Prepared:
     """This rank's train and test Parts, the label classes and the feature scaling."""
 
-    def __init__(self, train, test, classes, mean, std, n_features):
+    def __init__(self, train, test, classes, mean, std, n_features, n_train):
         self.train, self.test = train, test
+        self.n_train = n_train  # over every rank
         self.classes, self.mean, self.std = classes, mean, std
         self.n_features = n_features
 
 
 def prepare(comm, path=D.DIGITS, classify=True, test_fraction=0.2, seed=0, standardize=True,
             partition="iid", shards=2, zero_based="auto"):
-    """Read ``path`` in parallel and make the seeded train/test split, scaling and partition."""
+    """Read ``path`` in parallel and make the seeded train/test split, scaling and partition.
+
+    DataError, on every rank and before any training, when the data cannot be trained on: no
+    rows, fewer rows than ranks, a single class for a classifier, no training rows left.
+    """
     raw = comm.comm if isinstance(comm, Comm) else comm
-    ds = read_libsvm(path, raw, zero_based=zero_based)
+    if partition not in ("iid", "skew"):
+        raise UsageError(f"unknown partition {partition!r}; 'iid' or 'skew'")
+    # standardised features are dense anyway: reading them dense spares SciPy's import
+    ds = read_libsvm(path, raw, zero_based=zero_based, dense=standardize)
+    if ds.n_total == 0:
+        raise DataError(f"{path}: no data rows")
+    if ds.n_total < raw.Get_size():
+        raise DataError(f"{path}: {ds.n_total} rows for {raw.Get_size()} ranks; run on at most {ds.n_total}")
     y, labels = ds.y, None
     if classify:
         labels = D.classes(raw, ds.y)
+        if len(labels) < 2:
+            raise DataError(f"{path}: a classifier needs two classes or more, every row has label {labels[0]:g}")
         y = np.searchsorted(labels, ds.y)
     train, test = D.split(raw, D.Part(ds.X, y, ds.rows), test_fraction, seed)
+    n_train = raw.allreduce(len(train))
+    if n_train == 0:
+        raise DataError(f"{path}: test fraction {test_fraction} of {ds.n_total} rows leaves no training rows")
     mean = std = None
     if standardize:
         (train, test), mean, std = D.standardize(raw, [train, test])
     if partition == "skew":
         train = D.label_skew(raw, train, shards, seed)
-    elif partition != "iid":
-        raise ValueError(f"unknown partition {partition!r}; 'iid' or 'skew'")
-    return Prepared(train, test, labels, mean, std, ds.X.shape[1])
+    return Prepared(train, test, labels, mean, std, ds.X.shape[1], n_train)
 
 
 def make_trainer(comm, prepared, model="softmax", hidden=64, **options):
@@ -51,88 +67,139 @@ def make_trainer(comm, prepared, model="softmax", hidden=64, **options):
     return Trainer(comm, net, prepared.train, prepared.test, is_classifier=model in CLASSIFIERS, **options)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but an error is a UsageError and help is printed by rank 0 alone."""
+
+    def error(self, message):
+        """Raise UsageError(message) instead of printing usage and exiting."""
+        raise UsageError(message)
+
+    def _print_message(self, message, file=None):
+        from mpi4py import MPI
+
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            super()._print_message(message, file)
+
+
+def _at_least(low, kind):
+    """An argparse type: a number of ``kind`` that is at least ``low``."""
+    def parse(text):
+        value = kind(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {text}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _fraction(text):
+    """An argparse type: a float in [0, 1)."""
+    value = float(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
+
+
 def parser():
     """The argument parser of ``python -m collectives train``."""
     d = DEFAULTS
-    p = argparse.ArgumentParser(prog="python -m collectives train",
-                                description="Train a model on LIBSVM data over collectives (run under mpiexec).")
+    count = _at_least(1, int)
+    p = Parser(prog="python -m collectives train",
+               description="Train a model on LIBSVM data over collectives (run under mpiexec).")
     a = p.add_argument
     a("--data", default=D.DIGITS, help="LIBSVM file (default: the bundled handwritten digits)")
     a("--zero-based", choices=["auto", "yes", "no"], default="auto", help="index base of the file")
     a("--model", choices=list(MODELS), default="softmax")
-    a("--hidden", type=int, default=64, help="hidden units of the MLP")
+    a("--hidden", type=count, default=64, help="hidden units of the MLP")
     a("--optimizer", choices=list(OPTIMIZERS), default=d["optimizer"])
     a("--sync", choices=list(SYNCS), default=d["sync"], help="synchronisation model")
     a("--allreduce", choices=["auto", *names("allreduce"), *(n.split("_", 1)[1] for n in names("allreduce"))],
       default=None, help="all-reduce algorithm (default: COLLECTIVES_ALLREDUCE or auto)")
     a("--compress", choices=list(COMPRESSORS), default="none",
       help="gradient compressor for --sync sync")
-    a("--epochs", type=int, default=None, help="epochs (L-BFGS/Newton: iterations); default per optimizer")
-    a("--batch", type=int, default=d["batch"], help="global minibatch size")
+    a("--epochs", type=count, default=None, help="epochs (L-BFGS/Newton: iterations); default per optimizer")
+    a("--batch", type=count, default=d["batch"], help="global minibatch size")
     a("--lr", type=float, default=None, help="learning rate (default 0.1 SGD, 0.01 Adam)")
     a("--momentum", type=float, default=d["momentum"])
     a("--schedule", choices=["const", "sqrt"], default=d["schedule"], help="SGD step: constant or lr/sqrt(t)")
     a("--adam-decay", action="store_true", help="Adam with alpha_t = alpha/sqrt(t)")
-    a("--history", type=int, default=d["history"], help="L-BFGS memory m")
+    a("--history", type=count, default=d["history"], help="L-BFGS memory m")
     a("--tol", type=float, default=d["tol"], help="L-BFGS/Newton: stop when max |gradient| < tol")
     a("--lam", type=float, default=d["lam"], help="L2 regularisation lambda")
-    a("--local-steps", type=int, default=d["local_steps"], help="local SGD: average every H steps")
+    a("--local-steps", type=count, default=d["local_steps"], help="local SGD: average every H steps")
     a("--client-fraction", type=float, default=d["client_fraction"], help="fedavg: clients per round")
-    a("--local-epochs", type=int, default=d["local_epochs"], help="fedavg: local epochs per round")
+    a("--local-epochs", type=count, default=d["local_epochs"], help="fedavg: local epochs per round")
     a("--partition", choices=["iid", "skew"], default="iid", help="skew: label-skewed (non-IID) rows per rank")
-    a("--shards", type=int, default=2, help="skew: label shards per rank")
-    a("--servers", type=int, default=d["servers"], help="ps: number of server ranks")
+    a("--shards", type=count, default=2, help="skew: label shards per rank")
+    a("--servers", type=count, default=d["servers"], help="ps: number of server ranks")
     a("--tau", type=int, default=d["tau"], help="ps: staleness bound (0 synchronous, negative asynchronous)")
     a("--bucket-kb", type=float, default=d["bucket_kb"], help="ddp: bucket size in KiB")
-    a("--test-fraction", type=float, default=0.2)
+    a("--test-fraction", type=_fraction, default=0.2, help="share of rows held out for testing, in [0, 1)")
     a("--no-standardize", action="store_true", help="keep features as read (sparse)")
     a("--seed", type=int, default=d["seed"])
-    a("--log-every", type=int, default=None, help="table row every N epochs (default: about 20 rows)")
+    a("--log-every", type=count, default=None, help="table row every N epochs (default: about 20 rows)")
     a("--checkpoint", default=None, help="checkpoint file (.npz)")
-    a("--checkpoint-every", type=int, default=0, help="checkpoint every N steps")
+    a("--checkpoint-every", type=_at_least(0, int), default=0, help="checkpoint every N steps")
     a("--resume", action="store_true", help="continue from --checkpoint if it exists")
     a("--max-steps", type=int, default=None, help="stop after N steps in total")
     a("--metrics", default=None, help="write metrics as JSON here")
     a("--save", default=None, help="write the model (.npz) here")
     a("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar (default: on a tty)")
+    a("--debug", action="store_true", help="on an error, print the traceback too (or set COLLECTIVES_DEBUG=1)")
     return p
 
 
 def main(argv=None):
-    """Run the training job; returns 0."""
+    """Run the training job; returns 0, or raises UsageError / DataError on every rank."""
     args = parser().parse_args(argv)
     comm = Comm()
+    try:
+        _run(comm, args)
+    except (UsageError, DataError):
+        comm.Free()  # every rank raised it (errors.together), so all of them free together
+        raise
+    comm.Free()
+    return 0
+
+
+def _run(comm, args):
+    """Check the options, prepare the data, train, report."""
     classify = args.model in CLASSIFIERS
-    zero_based = {"auto": "auto", "yes": True, "no": False}[args.zero_based]
-    prepared = prepare(comm, args.data, classify, args.test_fraction, args.seed, not args.no_standardize,
-                       args.partition, args.shards, zero_based)
     options = {k: getattr(args, k) for k in DEFAULTS if hasattr(args, k)}
     if options["allreduce"] == "auto":
         options["allreduce"] = None
     if args.log_every is None:
         epochs = args.epochs or DEFAULT_EPOCHS[args.optimizer]
         options["log_every"] = max(1, epochs // 20)
+    check_options(options, MODELS[args.model], comm.size)  # before reading any data
+    zero_based = {"auto": "auto", "yes": True, "no": False}[args.zero_based]
+    prepared = prepare(comm, args.data, classify, args.test_fraction, args.seed, not args.no_standardize,
+                       args.partition, args.shards, zero_based)
     trainer = make_trainer(comm, prepared, args.model, args.hidden, **options)
-    n = comm.comm.allreduce(len(prepared.train))
     if comm.rank == 0:
-        print(f"{os.path.basename(args.data)}: {n} training rows, {prepared.n_features} features; "
+        print(f"{os.path.basename(args.data)}: {prepared.n_train} training rows, {prepared.n_features} features; "
               f"{args.model} / {args.optimizer} / {args.sync} on {comm.size} ranks")
     w = trainer.fit()
     metrics = trainer.metrics()
-    if comm.rank == 0:
-        F, train_m, test_m = trainer.final
-        what = "accuracy" if classify else "RMSE"
-        tm = trainer.clock.total
-        print(f"objective {F:.12f}  train {what} {train_m:.4f}  time {trainer.elapsed:.2f} s "
-              f"(compute {tm['compute']:.2f} s, communication {tm['comm']:.2f} s"
-              + (f", overlap {trainer.overlap:.0%}" if trainer.overlap is not None else "") + ")")
-        print(f"test {what}: {test_m:.4f}")
-        if args.metrics:
-            with open(args.metrics, "w") as f:
-                json.dump(metrics, f, indent=1, default=float)
-        if args.save:
-            extra = {k: v for k, v in (("classes", prepared.classes), ("mean", prepared.mean),
-                                       ("std", prepared.std)) if v is not None}
-            np.savez(args.save, w=w, model=args.model, hidden=args.hidden, n_features=prepared.n_features, **extra)
-    comm.Free()
-    return 0
+    with together(comm.comm):
+        if comm.rank == 0:
+            _report(args, prepared, trainer, w, metrics, classify)
+
+
+def _report(args, prepared, trainer, w, metrics, classify):
+    """Rank 0's summary lines and output files."""
+    F, train_m, test_m = trainer.final
+    what = "accuracy" if classify else "RMSE"
+    tm = trainer.clock.total
+    print(f"objective {F:.12f}  train {what} {train_m:.4f}  time {trainer.elapsed:.2f} s "
+          f"(compute {tm['compute']:.2f} s, communication {tm['comm']:.2f} s"
+          + (f", overlap {trainer.overlap:.0%}" if trainer.overlap is not None else "") + ")")
+    print(f"test {what}: {test_m:.4f}" if trainer.n_test else "no test set (no rows held out)")
+    if args.metrics:
+        write_file(args.metrics, lambda f: f.write(json.dumps(metrics, indent=1, default=float).encode()))
+    if args.save:
+        extra = {k: v for k, v in (("classes", prepared.classes), ("mean", prepared.mean),
+                                   ("std", prepared.std)) if v is not None}
+        path = args.save if args.save.endswith(".npz") else args.save + ".npz"  # as np.savez names it
+        write_file(path, lambda f: np.savez(f, w=w, model=args.model, hidden=args.hidden,
+                                                 n_features=prepared.n_features, **extra))

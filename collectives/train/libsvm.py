@@ -12,8 +12,9 @@ may come in any order but not twice.
 import os
 
 import numpy as np
-import scipy.sparse as sp
 from mpi4py import MPI
+
+from .errors import DataError, together
 
 
 class Chunk:
@@ -132,11 +133,24 @@ class Dataset:
         return np.arange(self.offset, self.offset + self.X.shape[0])
 
 
-def assemble(chunks, path, zero_based="auto", n_features=None, comm=None):
+def _matrix(chunk, base, n_features, dense):
+    """The rows of ``chunk`` as a dense array or a CSR matrix with ``n_features`` columns."""
+    shape = (chunk.labels.size, n_features)
+    if dense:
+        X = np.zeros(shape)
+        X[np.repeat(np.arange(shape[0]), np.diff(chunk.indptr)), chunk.indices - base] = chunk.values
+        return X
+    import scipy.sparse as sp  # only sparse results pay for SciPy's import
+
+    return sp.csr_matrix((chunk.values, chunk.indices - base, chunk.indptr), shape=shape)
+
+
+def assemble(chunks, path, zero_based="auto", n_features=None, comm=None, dense=False):
     """Turn per-range Chunks (one per rank, or all of them in one process) into Datasets.
 
     ``comm`` is an mpi4py communicator when each rank passes its own single chunk; without
     it, ``chunks`` are every range of the file and a list of Datasets comes back.
+    ``dense`` gives X as a NumPy array instead of CSR.
     """
     def allreduce(arr, op):
         if comm is None:
@@ -160,7 +174,7 @@ def assemble(chunks, path, zero_based="auto", n_features=None, comm=None):
         errors = [e for errs in comm.allgather(errors) for e in errs]
     if errors:
         line, msg = min(errors)
-        raise ValueError(f"{path}, line {line}: {msg}")
+        raise DataError(f"{path}, line {line}: {msg}")
 
     lo = min((int(c.indices.min()) for c in chunks if c.indices.size), default=np.iinfo(np.int64).max)
     hi = max((int(c.indices.max()) for c in chunks if c.indices.size), default=-1)
@@ -169,20 +183,20 @@ def assemble(chunks, path, zero_based="auto", n_features=None, comm=None):
         zero_based = bool(lo == 0)
     base = 0 if zero_based else 1
     if hi >= 0 and lo < base:
-        raise ValueError(f"{path}: feature index 0 in a file read as one-based")
+        raise DataError(f"{path}: feature index 0 in a file read as one-based")
     needed = int(hi) + 1 - base
     if n_features is None:
         n_features = max(needed, 0)
     elif needed > n_features:
-        raise ValueError(f"{path}: feature index {hi} needs {needed} features, more than n_features={n_features}")
+        raise DataError(f"{path}: feature index {hi} needs {needed} features, more than n_features={n_features}")
 
     offsets, n_total = exscan([c.labels.size for c in chunks])
-    out = [Dataset(sp.csr_matrix((c.values, c.indices - base, c.indptr), shape=(c.labels.size, n_features)),
-                   c.labels, c.qids, int(off), n_total) for c, off in zip(chunks, offsets)]
+    out = [Dataset(_matrix(c, base, n_features, dense), c.labels, c.qids, int(off), n_total)
+           for c, off in zip(chunks, offsets)]
     return out if comm is None else out[0]
 
 
-def read_libsvm(path, comm=None, zero_based="auto", n_features=None):
+def read_libsvm(path, comm=None, zero_based="auto", n_features=None, dense=False):
     """Read ``path`` in parallel over mpi4py ``comm`` (default COMM_WORLD); this rank's Dataset.
 
     Parameters
@@ -191,10 +205,20 @@ def read_libsvm(path, comm=None, zero_based="auto", n_features=None):
         "auto" reads indices as zero-based if index 0 appears anywhere, else one-based.
     n_features : int, optional
         Width of X; default one past the largest index in the file.
+    dense : bool
+        X as a NumPy array instead of a CSR matrix.
+
+    Raises DataError on every rank when any rank cannot read the file (each reads its own
+    part, and a file may be missing or unreadable on some nodes only).
     """
     comm = MPI.COMM_WORLD if comm is None else comm
     comm = getattr(comm, "comm", comm)  # a collectives.Comm wraps an mpi4py one
-    if not os.path.isfile(path):
-        raise ValueError(f"{path}: no such file")
-    start, end = byte_range(os.path.getsize(path), comm.Get_rank(), comm.Get_size())
-    return assemble([read_range(path, start, end)], path, zero_based, n_features, comm)
+    with together(comm):
+        if not os.path.isfile(path):
+            raise DataError(f"{path}: {'not a regular file' if os.path.exists(path) else 'no such file'}")
+        try:
+            start, end = byte_range(os.path.getsize(path), comm.Get_rank(), comm.Get_size())
+            chunk = read_range(path, start, end)
+        except OSError as exc:
+            raise DataError(f"{path}: {exc.strerror or exc}") from exc
+    return assemble([chunk], path, zero_based, n_features, comm, dense)

@@ -5,7 +5,6 @@ add their sums with one all-reduce and divide by the global row count; the L2 pe
 (lambda/2)||W||^2 on the weights (never the intercepts) is added once, after the reduction.
 """
 import numpy as np
-import scipy.special as sps
 
 
 def _logsumexp(Z):
@@ -14,6 +13,11 @@ def _logsumexp(Z):
         return np.zeros(0)
     m = Z.max(1)
     return m + np.log(np.exp(Z - m[:, None]).sum(1))
+
+
+def _expit(z):
+    """The logistic function 1 / (1 + exp(-z)), without overflow for large |z|."""
+    return np.exp(-np.logaddexp(0, -z))
 
 
 def _augment(X):
@@ -87,7 +91,8 @@ class Softmax(Linear):
     def hessian(self, w, X, y):
         """Summed Hessian of the cross-entropy, (size x size)."""
         A = _augment(X)
-        P = sps.softmax(self.scores(w, X), axis=1)
+        Z = self.scores(w, X)
+        P = np.exp(Z - _logsumexp(Z)[:, None])
         H = np.zeros((self.d + 1, self.k, self.d + 1, self.k))
         for k in range(self.k):
             for m in range(k, self.k):
@@ -108,12 +113,12 @@ class Logistic(Linear):
         """Summed log-loss over the rows and its gradient."""
         z = self.scores(w, X)[:, 0]
         loss = float((np.logaddexp(0, z) - y * z).sum())
-        return loss, self._pack(X, (sps.expit(z) - y)[:, None])
+        return loss, self._pack(X, (_expit(z) - y)[:, None])
 
     def hessian(self, w, X, y):
         """Summed Hessian of the log-loss."""
         A = _augment(X)
-        p = sps.expit(self.scores(w, X)[:, 0])
+        p = _expit(self.scores(w, X)[:, 0])
         return A.T @ (A * (p * (1 - p))[:, None])
 
     def predict(self, w, X):

@@ -30,6 +30,7 @@ from mpi4py import MPI
 
 from .. import compression, p2p
 from . import optim
+from .errors import DataError, UsageError, together
 
 DEFAULTS = dict(
     optimizer="lbfgs", sync="sync", lam=1e-3, epochs=None, batch=64, lr=None, momentum=0.9,
@@ -41,6 +42,17 @@ DEFAULTS = dict(
 SYNCS = ("sync", "ddp", "local", "fedavg", "ps", "gossip")
 DEFAULT_EPOCHS = {"lbfgs": 300, "newton": 30, "sgd": 30, "adam": 30}
 DEFAULT_LR = {"sgd": 0.1, "adam": 0.01}
+
+
+def write_file(path, write):
+    """Call ``write(f)`` on a new file that then replaces ``path`` (atomic); DataError if it cannot."""
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise DataError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 class Clock:
@@ -58,6 +70,42 @@ class Clock:
             self.total[what] += time.perf_counter() - t
 
 
+def check_options(options, model, size):
+    """The full options (DEFAULTS updated by ``options``), or UsageError naming what is wrong.
+
+    ``model`` is the model or its class; ``size`` the number of ranks.  Needs no data, so a
+    command line can check its options before reading any.
+    """
+    unknown = set(options) - set(DEFAULTS)
+    if unknown:
+        raise TypeError(f"unknown training options: {', '.join(sorted(unknown))}")
+    o = dict(DEFAULTS, **options)
+    if o["optimizer"] not in optim.OPTIMIZERS:
+        raise UsageError(f"unknown optimizer {o['optimizer']!r}; one of {', '.join(optim.OPTIMIZERS)}")
+    if o["sync"] not in SYNCS:
+        raise UsageError(f"unknown synchronisation {o['sync']!r}; one of {', '.join(SYNCS)}")
+    if o["optimizer"] in optim.BATCH and o["sync"] != "sync":
+        raise UsageError(f"optimizer {o['optimizer']} needs full gradients: use --sync sync")
+    if o["optimizer"] == "newton" and not hasattr(model, "hessian"):
+        raise UsageError("Newton's method needs a model with a Hessian (not the MLP)")
+    if o["compress"] != "none" and (o["optimizer"] in optim.BATCH or o["sync"] != "sync"):
+        raise UsageError("--compress applies to stochastic gradients with --sync sync")
+    if o["compress"] not in compression.COMPRESSORS:
+        raise UsageError(f"unknown compressor {o['compress']!r}; one of {', '.join(compression.COMPRESSORS)}")
+    if o["sync"] == "ps" and o["checkpoint"]:
+        raise UsageError("checkpoints are not supported with --sync ps (its trajectory is not reproducible)")
+    if o["sync"] == "ps" and not 1 <= o["servers"] < size:
+        raise UsageError(f"the parameter server needs 1 <= servers < ranks, got servers={o['servers']} "
+                         f"with {size} ranks")
+    if o["epochs"] is None:
+        o["epochs"] = DEFAULT_EPOCHS[o["optimizer"]]
+    if o["lr"] is None:
+        o["lr"] = DEFAULT_LR.get(o["optimizer"])
+    if o["batch"] < 1:
+        raise UsageError(f"batch must be positive, got {o['batch']}")
+    return o
+
+
 class Trainer:
     """Train ``model`` on this rank's ``train`` Part, cooperating over collectives.Comm ``comm``.
 
@@ -66,30 +114,7 @@ class Trainer:
     """
 
     def __init__(self, comm, model, train, test=None, is_classifier=True, **options):
-        unknown = set(options) - set(DEFAULTS)
-        if unknown:
-            raise TypeError(f"unknown training options: {', '.join(sorted(unknown))}")
-        o = dict(DEFAULTS, **options)
-        if o["optimizer"] not in optim.OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {o['optimizer']!r}; one of {', '.join(optim.OPTIMIZERS)}")
-        if o["sync"] not in SYNCS:
-            raise ValueError(f"unknown synchronisation {o['sync']!r}; one of {', '.join(SYNCS)}")
-        if o["optimizer"] in optim.BATCH and o["sync"] != "sync":
-            raise ValueError(f"optimizer {o['optimizer']} needs full gradients: use --sync sync")
-        if o["optimizer"] == "newton" and not hasattr(model, "hessian"):
-            raise ValueError("Newton's method needs a model with a Hessian (not the MLP)")
-        if o["compress"] != "none" and (o["optimizer"] in optim.BATCH or o["sync"] != "sync"):
-            raise ValueError("--compress applies to stochastic gradients with --sync sync")
-        if o["compress"] not in compression.COMPRESSORS:
-            raise ValueError(f"unknown compressor {o['compress']!r}; one of {', '.join(compression.COMPRESSORS)}")
-        if o["sync"] == "ps" and o["checkpoint"]:
-            raise ValueError("checkpoints are not supported with --sync ps (its trajectory is not reproducible)")
-        if o["epochs"] is None:
-            o["epochs"] = DEFAULT_EPOCHS[o["optimizer"]]
-        if o["lr"] is None:
-            o["lr"] = DEFAULT_LR.get(o["optimizer"])
-        if o["batch"] < 1:
-            raise ValueError(f"batch must be positive, got {o['batch']}")
+        o = check_options(options, model, comm.Get_size())
         self.o = o
         self.comm, self.model = comm, model
         self.train, self.test = train, test
@@ -217,11 +242,14 @@ class Trainer:
         row["training"] = row["elapsed"] - self.clock.total["eval"]  # wall time less evaluations
         self.history.append(row)
         if self.rank == 0:
+            # no test column without a test set (--test-fraction 0), rather than a column of NaN
+            test = "" if self.n_test == 0 else f" {test_m:>10.4f}"
             if len(self.history) == 1:
                 metric = "acc" if self.is_classifier else "rmse"
-                self._print(f"{'epoch':>6} {'step':>7} {'objective':>18} {'train ' + metric:>10} "
-                            f"{'test ' + metric:>10} {'compute s':>10} {'comm s':>8}")
-            self._print(f"{row['epoch']:>6} {row['step']:>7} {F:>18.12f} {train_m:>10.4f} {test_m:>10.4f} "
+                head = "" if self.n_test == 0 else f" {'test ' + metric:>10}"
+                self._print(f"{'epoch':>6} {'step':>7} {'objective':>18} {'train ' + metric:>10}{head} "
+                            f"{'compute s':>10} {'comm s':>8}")
+            self._print(f"{row['epoch']:>6} {row['step']:>7} {F:>18.12f} {train_m:>10.4f}{test} "
                         f"{row['compute']:>10.3f} {row['comm']:>8.3f}")
 
     def _print(self, line):
@@ -244,22 +272,33 @@ class Trainer:
         """Write every rank's state to ``path`` (rank 0 writes; atomic rename)."""
         state = dict(w=w, epoch=epoch, step=step, t=self.t, **{f"opt.{k}": v for k, v in opt.state().items()})
         states = self.comm.comm.gather(state, root=0)
-        if self.rank == 0:
-            flat = {"nranks": self.size, "history": json.dumps(self.history)}
-            for r, st in enumerate(states):
-                flat.update({f"{r}/{k}": v for k, v in st.items()})
-            tmp = f"{path}.tmp.npz"
-            np.savez(tmp, **flat)
-            os.replace(tmp, path)
-        self.comm.comm.Barrier()
+        # rank 0 alone writes: the others learn from together() whether it could
+        with together(self.comm.comm):
+            if self.rank == 0:
+                flat = {"nranks": self.size, "history": json.dumps(self.history)}
+                for r, st in enumerate(states):
+                    flat.update({f"{r}/{k}": v for k, v in st.items()})
+                write_file(path, lambda f: np.savez(f, **flat))
 
     def load(self, path, opt):
-        """(w, epoch, step) restored from ``path`` into ``opt``; same number of ranks required."""
-        with np.load(path) as f:
-            if int(f["nranks"]) != self.size:
-                raise ValueError(f"{path} was written by {int(f['nranks'])} ranks, resuming with {self.size}")
-            mine = {k.split("/", 1)[1]: f[k] for k in f.files if k.startswith(f"{self.rank}/")}
-            self.history = json.loads(str(f["history"]))
+        """(w, epoch, step) restored from ``path`` into ``opt``; same number of ranks required.
+
+        DataError on every rank when any rank cannot read it: resuming some ranks but not
+        others would train on silently mixed states.
+        """
+        import zipfile  # as np.load does, only when a checkpoint is read
+
+        with together(self.comm.comm):
+            try:
+                with np.load(path) as f:
+                    nranks = int(f["nranks"])
+                    mine = {k.split("/", 1)[1]: f[k] for k in f.files if k.startswith(f"{self.rank}/")}
+                    history = json.loads(str(f["history"]))
+            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+                raise DataError(f"{path}: not a checkpoint of this job ({exc})") from exc
+            if nranks != self.size:
+                raise DataError(f"{path} was written by {nranks} ranks, resuming with {self.size}")
+        self.history = history
         opt.load({k[4:]: v for k, v in mine.items() if k.startswith("opt.")})
         self.t = int(mine["t"])
         return mine["w"].copy(), int(mine["epoch"]), int(mine["step"])
@@ -270,7 +309,9 @@ class Trainer:
         """Train; returns the final parameter vector (identical on every rank)."""
         o = self.o
         self.start = time.perf_counter()
-        self.n = self.comm.comm.allreduce(len(self.train))
+        counts = np.array([len(self.train), 0 if self.test is None else len(self.test)])
+        self.comm.comm.Allreduce(MPI.IN_PLACE, counts)
+        self.n, self.n_test = (int(c) for c in counts)
         if o["sync"] == "ps":
             from .ps import ParameterServer
             self.w = ParameterServer(self).run()
@@ -285,7 +326,7 @@ class Trainer:
         w = self.model.init(np.random.default_rng(o["seed"]))
         opt = self.new_optimizer()
         epoch0 = step0 = 0
-        if o["resume"] and o["checkpoint"] and os.path.exists(o["checkpoint"]):
+        if o["resume"] and o["checkpoint"] and any(self.comm.comm.allgather(os.path.exists(o["checkpoint"]))):
             w, epoch0, step0 = self.load(o["checkpoint"], opt)
         mode = self._batch if o["optimizer"] in optim.BATCH else getattr(self, "_" + o["sync"])
         return mode(w, opt, epoch0, step0)
@@ -450,7 +491,7 @@ class Trainer:
         """Everything worth keeping about the run, as a JSON-ready dict."""
         F, train_m, test_m = self.final
         return dict(options={k: v for k, v in self.o.items() if k != "progress"}, nranks=self.size,
-                    objective=F, train_metric=train_m, test_metric=test_m, steps=self.t,
+                    objective=F, train_metric=train_m, test_metric=test_m if self.n_test else None, steps=self.t,
                     seconds=self.elapsed, time=self.clock.total, overlap=self.overlap,
                     history=self.history)
 
