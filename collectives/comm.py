@@ -276,11 +276,15 @@ class Comm:
             if error:
                 return
             raise ValueError(f"{collective}: invalid arguments on another rank (it raised the details)")
+        # Fields mean something only between ranks running the same collective and algorithm
+        # (a native call agrees on none), and ranks differing there may have different keys.
         keys = ["collective", "algorithm"] + list(fields)
+        if lo[0] != hi[0] or lo[1] != hi[1]:
+            keys = keys[:2]
         bad = [f"{k} ranges {lo[i]}..{hi[i]}" for i, k in enumerate(keys) if lo[i] != hi[i]]
         if lo[0] == hi[0] and lo[1] != hi[1]:
-            bad[0] += (f" ({choices[lo[1]]}..{choices[hi[1]]}; 'native' is "
-                                                "MPI's own call, taken for arguments no algorithm covers)")
+            bad[0] += (f" ({choices[lo[1]]}..{choices[hi[1]]}; 'native' is MPI's own call, "
+                       "taken for arguments no algorithm covers)")
         if bad:
             raise ValueError(f"{collective}: arguments differ across ranks: " + ", ".join(bad))
 
