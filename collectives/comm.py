@@ -310,7 +310,7 @@ class Comm:
         """Everything AllreduceFast needs for (n, dtype, op), or None to use the general path."""
         try:
             opc, dt = check_op(op, dtype)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, Native):
             return None
         algo = self._choose("allreduce", algorithm, n, n * dtype.itemsize)
         steps, tmp_count, nreq = plan(algo.name, self.rank, self.size, n)

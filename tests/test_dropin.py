@@ -101,6 +101,17 @@ def test_native_delegation_matches_mpi(comm, mpi_comm, case, caplog):
     assert comm.last_algorithm != "native"
 
 
+@pytest.mark.parametrize("case", ["allreduce_long_double", "allreduce_user_op", "allgather_dlpack"])
+def test_native_delegation_unchecked(mpi_comm, case):
+    """With the check off (where all-reduce has a fast path) too."""
+    call = _native_cases(mpi_comm.rank, mpi_comm.size)[case]
+    unchecked = Comm(mpi_comm, check=False)
+    got = call(unchecked)
+    assert unchecked.last_algorithm == "native"
+    np.testing.assert_array_equal(got, call(mpi_comm))
+    unchecked.Free()
+
+
 def test_native_reason_is_logged(comm, caplog):
     caplog.set_level(logging.INFO, logger="collectives")
     x = np.ones(3, np.longdouble)
