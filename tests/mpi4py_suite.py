@@ -10,13 +10,15 @@ Their test classes are mixins reading the communicator from ``self.COMM``; here 
 COMM_SELF.  Their buffer tests loop over every array backend ``arrayimpl.py`` registers
 (array, NumPy, DLPack, fake GPU, ...); the buffer classes run once per backend, with
 ``arrayimpl.ArrayBackends`` cut down to that one, so the counts are reported per backend.
-Rank 0 prints one line per module and backend; the exit status is non-zero if any test
-failed on any rank.
+Rank 0 prints one line per module and backend, with how many of its calls Comm handed to
+MPI's own implementation (``last_algorithm == "native"``, logged with the reason); the exit
+status is non-zero if any test failed on any rank.
 """
 import argparse
 import collections
 import importlib
 import io
+import logging
 import sys
 import unittest
 
@@ -83,6 +85,17 @@ class Counts(unittest.TextTestResult):
             self.passed += 1
 
 
+class Delegations(logging.Handler):
+    """Counts the calls Comm delegated to MPI (its "native MPI call" log records)."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.count = 0
+
+    def emit(self, record):
+        self.count += "native MPI call" in record.getMessage()
+
+
 def run(module, label, verbosity):
     """Run ``module``'s collective mixins over every communicator; (passed, skipped, failed)."""
     suite = unittest.TestSuite()
@@ -109,17 +122,24 @@ def main():
     arrayimpl = importlib.import_module("arrayimpl")
     backends = list(arrayimpl.ArrayBackends)
     totals = collections.Counter()
+    delegations = Delegations()
+    logger = logging.getLogger("collectives")
+    logger.addHandler(delegations)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
     for name in MODULES:
         module = importlib.import_module(name)
         for backend in backends if name != "test_cco_obj" else [None]:
             if backend is not None:
                 arrayimpl.ArrayBackends[:] = [backend]
             label = "objects" if backend is None else f"{backend.__name__} ({backend.backend})"
+            delegations.count = 0
             counts = run(module, label, args.verbose)
             failed = WORLD.allreduce(counts[2], op=MPI.SUM)
             if WORLD.rank == 0:
                 print(f"mpi4py suite np={WORLD.size} {name:16s} {label:32s} passed {counts[0]:3d}  "
-                      f"skipped {counts[1]:3d}  failed (all ranks) {failed}", flush=True)
+                      f"skipped {counts[1]:3d}  failed (all ranks) {failed}  "
+                      f"(calls delegated to MPI: {delegations.count})", flush=True)
             totals.update(passed=counts[0], skipped=counts[1], failed=failed)
         arrayimpl.ArrayBackends[:] = backends
     if WORLD.rank == 0:
