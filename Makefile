@@ -78,7 +78,7 @@ test-simd: build
 # version, fetched once into the virtualenv (pip takes a few minutes preparing metadata).
 MPI4PY_VERSION ?= 4.1.2
 MPI4PY_NPS ?= 1 2 3 4
-MPI4PY_TIMEOUT ?= 600
+MPI4PY_TIMEOUT ?= 900
 MPI4PY_TESTS := $(VENV)/mpi4py-src/mpi4py-$(MPI4PY_VERSION)/test
 
 $(MPI4PY_TESTS)/test_cco_buf.py: | $(VENV)/.installed

@@ -117,17 +117,21 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("testdir", help="test/ of mpi4py's source distribution")
     parser.add_argument("-v", "--verbose", action="count", default=0)
+    parser.add_argument("--module", action="append", choices=list(MODULES),
+                        help="run only this module (repeatable)")
+    parser.add_argument("--backend", action="append",
+                        help="run only the backend with this class name, e.g. ArrayNumPy (repeatable)")
     args = parser.parse_args()
     sys.path.insert(0, args.testdir)
     arrayimpl = importlib.import_module("arrayimpl")
-    backends = list(arrayimpl.ArrayBackends)
+    backends = [b for b in arrayimpl.ArrayBackends if not args.backend or b.__name__ in args.backend]
     totals = collections.Counter()
     delegations = Delegations()
     logger = logging.getLogger("collectives")
     logger.addHandler(delegations)
     logger.setLevel(logging.INFO)
     logger.propagate = False
-    for name in MODULES:
+    for name in args.module or MODULES:
         module = importlib.import_module(name)
         for backend in backends if name != "test_cco_obj" else [None]:
             if backend is not None:
@@ -141,7 +145,6 @@ def main():
                       f"skipped {counts[1]:3d}  failed (all ranks) {failed}  "
                       f"(calls delegated to MPI: {delegations.count})", flush=True)
             totals.update(passed=counts[0], skipped=counts[1], failed=failed)
-        arrayimpl.ArrayBackends[:] = backends
     if WORLD.rank == 0:
         print(f"mpi4py suite np={WORLD.size} total: passed {totals['passed']}, skipped "
               f"{totals['skipped']}, failed {totals['failed']}", flush=True)
