@@ -3,8 +3,10 @@
     mpiexec -n 2 python -m bench.collectives [--collective allreduce ...] [--quick] [--osu]
     python -m bench.collectives --summary          # combine the JSON results of past launches
 
-One launch measures every algorithm of ``collectives.names(collective)`` and the native
-mpi4py call on the plain communicator, size by size.  Within a size the contenders are
+One launch measures, size by size, the native mpi4py call on the plain communicator, our
+``default`` row (``collectives.Comm(comm)`` with no options: what users get, the cross-rank
+argument check on), our ``auto`` row (``Comm(comm, check=False)`` letting the ``auto`` policy
+choose) and every algorithm of ``collectives.names(collective)`` forced by name (check off).  Within a size the contenders are
 interleaved: each repetition times every contender once, in an order rotated by one per
 repetition, so drift within the launch (on this machine 1-4 MiB cells move 4x with core
 placement) hits all contenders alike.  A sample is ``batch`` back-to-back calls after a
@@ -72,7 +74,9 @@ COLUMNS = [("size", 10, "d"), ("count", 9, "d"), ("type", 5, "s"), ("redop", 5, 
            ("#wrong", 6, "d"), ("native/ours", 11, ".2f"), ("reps", 5, "d"), ("batch", 5, "d")]
 SUMMARY = [("size", 10, "d"), ("best", 34, "s"), ("median(us)", 10, ".2f"),
            ("native(us)", 10, ".2f"), ("speedup", 7, ".2f"), ("busbw", 7, ".3f"),
-           ("native busbw", 12, ".3f")]
+           ("native busbw", 12, ".3f"), ("default", 7, ".2f"), ("auto", 7, ".2f")]
+# The rows that measure what users get, beside native and the named algorithms.
+DEFAULT, AUTO = "default", "auto"
 
 
 def _data(base, rank):
@@ -133,8 +137,9 @@ def counts_for(collective, size_list, p):
 
 
 def contenders(collective, comm, count):
-    """(name, call or None, reason) for native and every algorithm; None where one cannot run."""
-    rows = [(NATIVE_LABEL, "native", None)]
+    """(name, key or None, reason) for native, default, auto and every algorithm; None where one
+    cannot run."""
+    rows = [(NATIVE_LABEL, "native", None), (DEFAULT, DEFAULT, None), (AUTO, AUTO, None)]
     arg = count * 4 if collective == "bcast" else count
     for algo in collectives.ALGORITHMS[collective]:
         if importlib.util.find_spec(f"collectives.algorithms.{algo.name}") is None:
@@ -189,6 +194,7 @@ def sweep(comm, collective, size_list, budget=2.0, min_reps=3, max_reps=200, sam
     p = comm.size
     busbw_factor = SPEC[collective][1](p)
     ours = collectives.Comm(comm, check=False)
+    default = collectives.Comm(comm)
     rows, skipped, summary = [], [], []
     emit = emit or (lambda line: None)
     emit("\n".join(table(COLUMNS, [])))
@@ -200,6 +206,8 @@ def sweep(comm, collective, size_list, budget=2.0, min_reps=3, max_reps=200, sam
                         for n, key, why in named if key is None]
             live = [(n, key) for n, key, _ in named if key is not None]
             calls = [functools.partial(case.call, comm) if key == "native"
+                     else functools.partial(case.call, default) if key == DEFAULT
+                     else functools.partial(case.call, ours) if key == AUTO
                      else functools.partial(case.call, ours, algorithm=key) for _, key in live]
             wrong = np.array([case.check(call) for call in calls], dtype=np.int64)
             comm.Allreduce(MPI.IN_PLACE, wrong, op=MPI.SUM)
@@ -219,15 +227,20 @@ def sweep(comm, collective, size_list, budget=2.0, min_reps=3, max_reps=200, sam
                 row["native/ours"] = native["median(us)"] / row["median(us)"]
             rows += block
             emit("\n".join(table(COLUMNS, block)[1:]))
-            mine = [row for row in block[1:] if row["#wrong"] == 0]
+            by_name = {row["algorithm"]: row for row in block if row["#wrong"] == 0}
+            mine = [row for row in block[1:] if row["algorithm"] not in (DEFAULT, AUTO)
+                    and row["#wrong"] == 0]
             if mine:
                 best = min(mine, key=lambda row: row["median(us)"])
                 summary.append({"size": case.nbytes, "best": best["algorithm"],
                                 "median(us)": best["median(us)"], "native(us)": native["median(us)"],
                                 "speedup": best["native/ours"], "busbw": best["busbw(GB/s)"],
-                                "native busbw": native["busbw(GB/s)"]})
+                                "native busbw": native["busbw(GB/s)"],
+                                "default": by_name.get(DEFAULT, {}).get("native/ours", float("nan")),
+                                "auto": by_name.get(AUTO, {}).get("native/ours", float("nan"))})
     finally:
         ours.Free()
+        default.Free()
     return {"collective": collective, "np": p, "native": NATIVE_LABEL, "malloc": MALLOC,
             "rows": rows, "skipped": skipped, "summary": summary}
 
@@ -244,9 +257,9 @@ def header(comm, collective):
         f"# collectives benchmark: {collective}, float32, np={p} on {cores} cores, {env['date_utc']}",
         f"# {env['mpi_library']}; mpi4py {env['mpi4py']}, thread level "
         f"{THREAD_LEVELS.get(MPI.Query_thread(), '?')}; numpy {env['numpy']}",
-        f"# ours: collectives.Comm(comm, check=False), {'Cython engine' if NATIVE else 'NumPy/mpi4py fallback executor'}:"
-        " the cross-rank argument check,",
-        "#   one more small native all-reduce per call, is off",
+        f"# ours ({'Cython engine' if NATIVE else 'NumPy/mpi4py fallback executor'}): `default` is "
+        "collectives.Comm(comm) with no options, as users get it",
+        "#   (cross-rank argument check on); `auto` and the named algorithms run on Comm(comm, check=False)",
         f"# {NATIVE_LABEL}: mpi4py comm.{method} on the plain COMM_WORLD, malloc: "
         + ("MALLOC_MMAP_THRESHOLD_=%s MALLOC_TRIM_THRESHOLD_=%s (no fresh mappings per call)"
            % (os.environ.get("MALLOC_MMAP_THRESHOLD_"), os.environ.get("MALLOC_TRIM_THRESHOLD_"))
@@ -276,7 +289,8 @@ def osu(rows):
 
 
 def summarize(collective, suffix, directory=RESULTS):
-    """Lines comparing, per np and size, the best algorithm with native in both malloc settings."""
+    """Lines comparing, per np and size, native with the default row, the auto row and the best
+    named algorithm, in both malloc settings (ratios native / ours)."""
     runs = {}
     for path in sorted(glob.glob(os.path.join(directory, f"{collective}_np*_*{suffix}.json"))):
         with open(path) as f:
@@ -286,19 +300,23 @@ def summarize(collective, suffix, directory=RESULTS):
     lines = []
     for p, by_malloc in sorted(runs.items()):
         dates = ", ".join(f"{m} {d['env']['date_utc']}" for m, d in sorted(by_malloc.items()))
-        lines += [f"# {collective} np={p}: best hand-written algorithm vs native, median times ({dates})",
-                  f"#{'size':>10} {'best (glibc)':>34} {'x native':>8} {'best (no-mmap)':>34} "
-                  f"{'x native[no-mmap]':>17}"]
+        lines += [f"# {collective} np={p}: native median / ours, per malloc setting ({dates})",
+                  f"#{'size':>10}" + "".join(f" {'default':>8} {'auto':>6} {'best (' + m + ')':>34} {'x':>5}"
+                                             for m in ("glibc", "no-mmap"))]
         cells = {}
         for malloc in ("glibc", "no-mmap"):
             for s in by_malloc.get(malloc, {}).get("summary", []):
                 cells.setdefault(s["size"], {})[malloc] = s
         for size, got in sorted(cells.items()):
             parts = []
-            for malloc, width in (("glibc", 8), ("no-mmap", 17)):
+            for malloc in ("glibc", "no-mmap"):
                 s = got.get(malloc)
-                parts.append(f"{s['best'] if s else '-':>34} {format(s['speedup'], '.2f') if s else '-':>{width}}")
-            lines.append(f"{size:>11} " + " ".join(parts))
+                if s is None:
+                    parts.append(f" {'-':>8} {'-':>6} {'-':>34} {'-':>5}")
+                else:
+                    parts.append(f" {s.get('default', float('nan')):>8.2f} {s.get('auto', float('nan')):>6.2f}"
+                                 f" {s['best']:>34} {s['speedup']:>5.2f}")
+            lines.append(f"{size:>11}" + "".join(parts))
         lines.append("")
     return lines
 
@@ -347,8 +365,8 @@ def main(argv=None):
             continue
         for s in result["skipped"]:
             emit(f"# not measured: {s['algorithm']} at {s['size']} B: {s['reason']}")
-        emit(f"# summary, {collective} np={comm.size}: best correct hand-written algorithm per size; "
-             f"speedup = {NATIVE_LABEL} median / best median")
+        emit(f"# summary, {collective} np={comm.size}: best correct named algorithm per size; "
+             f"speedup = {NATIVE_LABEL} median / best median; default, auto: {NATIVE_LABEL} / their median")
         emit("\n".join(table(SUMMARY, result["summary"])))
         if args.osu:
             emit("\n".join(osu(result["rows"])))

@@ -4,12 +4,13 @@
 functions in ``collectives.functional`` take and return NumPy arrays.
 """
 from . import p2p
+from .abort import install as abort_on_error
 from .comm import Comm, wrap
 from .functional import (allgather, allreduce, barrier, bcast, gather, iallreduce, reduce,
                          reduce_scatter, scatter)
 from .nonblocking import Request
 from .registry import ALGORITHMS, names
 
-__all__ = ["Comm", "Request", "ALGORITHMS", "names", "wrap", "p2p", "allreduce", "iallreduce",
+__all__ = ["Comm", "abort_on_error", "Request", "ALGORITHMS", "names", "wrap", "p2p", "allreduce", "iallreduce",
            "bcast", "reduce", "allgather", "reduce_scatter", "gather", "scatter", "barrier"]
 __version__ = "0.1.0"

@@ -109,7 +109,13 @@ def test_index_base_and_width(tmp_path, mpi_comm):
 
 BAD = [(b"1 1:2\n1 1:x\n", 2, "could not convert"), (b"1 1:2\n\n# c\nfoo 1:1\n", 4, "could not convert"),
        (b"1 1:2 3\n", 1, "index:value"), (b"1 2:1 2:3\n", 1, "twice"), (b"1 1:1 qid:2\n", 1, "qid"),
-       (b"1 -1:4\n", 1, "negative"), (b"1 1:1\r\n2 2:2\r\n3 a:1", 3, "invalid literal")]
+       (b"1 -1:4\n", 1, "outside 0..2147483647"), (b"1 1:1\r\n2 2:2\r\n3 a:1", 3, "invalid literal"),
+       # Found by fuzzing (tests/test_fuzz_libsvm.py): these raised OverflowError or read as
+       # non-finite numbers that training would silently turn into NaN.
+       (b"1 1:1\n1 99999999999999999999999:1\n", 2, "feature index 9+ outside"),
+       (b"1 qid:99999999999999999999999 1:1\n", 1, "qid .* 64 bits"),
+       (b"1 1:1\n1e400 1:1\n", 2, "label '1e400' is not a finite"),
+       (b"1 1:nan\n", 1, "value of feature 1 'nan' is not a finite")]
 
 
 @pytest.mark.parametrize("content,line,what", BAD, ids=[str(i) for i in range(len(BAD))])

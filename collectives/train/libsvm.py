@@ -27,10 +27,24 @@ class Chunk:
         self.error = error
 
 
+# Feature indices are C ints in LIBSVM's own tools; a larger one is a corrupt file, not a
+# model with billions of weights.
+MAX_INDEX = 2**31 - 1
+_QID_RANGE = range(-2**63, 2**63)
+
+
+def _number(text, what):
+    """``text`` as a finite float; ValueError naming ``what`` otherwise."""
+    value = float(text)
+    if not np.isfinite(value):
+        raise ValueError(f"{what} {text!r} is not a finite number")
+    return value
+
+
 def _parse_line(text):
     """(label, qid or -1, indices, values) of one line; raise ValueError on malformed input."""
     tokens = text.split()
-    label = float(tokens[0])
+    label = _number(tokens[0], "label")
     qid = -1
     idx, val = [], []
     for k, tok in enumerate(tokens[1:]):
@@ -41,12 +55,14 @@ def _parse_line(text):
             if k:
                 raise ValueError("qid: must come right after the label")
             qid = int(value)
+            if qid not in _QID_RANGE:
+                raise ValueError(f"qid {value} does not fit in 64 bits")
             continue
         i = int(key)
-        if i < 0:
-            raise ValueError(f"negative feature index {i}")
+        if not 0 <= i <= MAX_INDEX:
+            raise ValueError(f"feature index {i} outside 0..{MAX_INDEX}")
         idx.append(i)
-        val.append(float(value))
+        val.append(_number(value, f"value of feature {i}"))
     if len(set(idx)) != len(idx):
         raise ValueError("a feature index appears twice")
     return label, qid, idx, val

@@ -1,0 +1,33 @@
+"""Launching a separate MPI job from a test: for behaviour that ends or kills the job itself."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from mpi4py import MPI
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Set by the launcher of the job pytest runs in; a child mpiexec must not inherit them (but the
+# user's permission for Open MPI to run as root stays).
+_LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "HYDRA_", "OMPI_", "PRTE_")
+_KEEP = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
+
+only_one_rank = pytest.mark.skipif(MPI.COMM_WORLD.size > 1,
+                                   reason="launches its own MPI job; runs in the 1-rank launch")
+
+
+def mpiexec_path():
+    """The mpiexec of this environment: MPIEXEC, beside the interpreter (the mpich wheel), or on PATH."""
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return os.environ.get("MPIEXEC") or (here if os.path.exists(here) else shutil.which("mpiexec"))
+
+
+def mpiexec(n, args, timeout=60, env=None, cwd=None):
+    """Run ``python args...`` on ``n`` ranks in a fresh job; the CompletedProcess (text output)."""
+    clean = {k: v for k, v in os.environ.items() if k in _KEEP or not k.startswith(_LAUNCHER_PREFIXES)}
+    clean["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, clean.get("PYTHONPATH")]))
+    clean.update(env or {})
+    return subprocess.run([mpiexec_path(), "-n", str(n), sys.executable, *args], env=clean,
+                          cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout)
