@@ -37,7 +37,7 @@ export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: all venv build test test-native test-purepython test-simd test-openmpi bench bench-kernels bench-startup demo bench-train clean
+.PHONY: all venv build test test-native test-purepython test-simd test-openmpi test-mpi4py bench bench-kernels bench-startup demo bench-train clean
 
 all: build
 
@@ -52,7 +52,7 @@ venv: $(VENV)/.installed
 build: $(VENV)/.installed
 	$(BUILD_ENV) $(PY) setup.py -q build_ext --inplace
 
-test: test-native test-purepython test-simd
+test: test-native test-purepython test-simd test-mpi4py
 
 test-native: build
 	@for n in $(NPS); do \
@@ -102,6 +102,26 @@ test-openmpi: $(OMPI_VENV)/.installed
 	  ( cd $(OMPI_TREE) && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONPATH=$(CURDIR)/$(OMPI_TREE) \
 	    timeout $(TEST_TIMEOUT) $(CURDIR)/$(OMPI_VENV)/bin/mpiexec --oversubscribe -n $$n \
 	    $(CURDIR)/$(OMPI_PY) -m pytest -p no:cacheprovider -q tests $(PYTEST_ARGS) ) || exit 1; \
+	done
+
+# mpi4py's own collective tests (tests/mpi4py_suite.py) with their communicator replaced by
+# collectives.Comm.  Their test/ directory comes from the source distribution at the pinned
+# version, fetched once into the virtualenv (pip takes a few minutes preparing metadata).
+MPI4PY_VERSION ?= 4.1.2
+MPI4PY_NPS ?= 1 2 3 4
+MPI4PY_TIMEOUT ?= 900
+MPI4PY_TESTS := $(VENV)/mpi4py-src/mpi4py-$(MPI4PY_VERSION)/test
+
+$(MPI4PY_TESTS)/test_cco_buf.py: | $(VENV)/.installed
+	$(PY) -m pip download -q --no-binary :all: --no-deps mpi4py==$(MPI4PY_VERSION) -d $(VENV)/mpi4py-src
+	tar -xzf $(VENV)/mpi4py-src/mpi4py-$(MPI4PY_VERSION).tar.gz -C $(VENV)/mpi4py-src mpi4py-$(MPI4PY_VERSION)/test
+	touch $@
+
+test-mpi4py: build $(MPI4PY_TESTS)/test_cco_buf.py
+	@for n in $(MPI4PY_NPS); do \
+	  echo "== mpi4py's collective tests over collectives.Comm at $$n rank(s)"; \
+	  timeout $(MPI4PY_TIMEOUT) $(MPIEXEC) -n $$n $(PY) tests/mpi4py_suite.py $(MPI4PY_TESTS) \
+	    || { echo "mpi4py suite failed or timed out at $$n rank(s)"; exit 1; }; \
 	done
 
 # Two launches per rank count: glibc's malloc defaults, then no fresh mappings for native's

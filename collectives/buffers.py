@@ -6,10 +6,20 @@ Accepted, as mpi4py accepts them: any object with the buffer interface (NumPy ar
 or ``[buf, counts]``; ``MPI.IN_PLACE`` or ``None`` where mpi4py allows in-place.  A datatype
 is an ``MPI.Datatype`` or a type character (``"d"``, ``"i"``, ...).  Arrays of Python objects
 are refused: their bytes are addresses, meaningless in another process.
+
+What mpi4py accepts but our algorithms do not cover raises ``Native`` with the reason, and
+the caller hands the call to MPI: objects that expose DLPack or ``__cuda_array_interface__``
+instead of the buffer interface, and derived datatypes (vector, indexed, struct, ...).  The
+decision depends only on the kinds of the arguments, never on their sizes or contents, so
+ranks that pass the same kinds of buffers decide alike.
 """
 import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
+
+
+class Native(Exception):
+    """Raised when MPI itself must run the call; the message says why."""
 
 
 def is_in_place(spec):
@@ -17,13 +27,24 @@ def is_in_place(spec):
     return spec is None or spec is MPI.IN_PLACE
 
 
+def type_name(datatype):
+    """The name of an MPI datatype (``MPI_FLOAT``), or of a type character, for messages."""
+    if isinstance(datatype, MPI.Datatype):
+        return datatype.Get_name() or f"derived datatype (combiner {datatype.combiner})"
+    return repr(datatype)
+
+
 def _dtype_of(datatype, name):
+    if isinstance(datatype, MPI.Datatype) and (datatype == MPI.DATATYPE_NULL or not datatype.is_named):
+        raise Native(f"{name}: {type_name(datatype)} is not a predefined datatype")
     try:
         if isinstance(datatype, str):
             return np.dtype(datatype)
         return dtlib.to_numpy_dtype(datatype)
     except (ValueError, TypeError, KeyError):
-        raise TypeError(f"{name}: MPI datatype {datatype} has no NumPy equivalent") from None
+        if isinstance(datatype, MPI.Datatype):
+            raise Native(f"{name}: {type_name(datatype)} has no NumPy equivalent") from None
+        raise TypeError(f"{name}: datatype {datatype!r} has no NumPy equivalent") from None
 
 
 def _flat(obj, name, writable):
@@ -33,6 +54,9 @@ def _flat(obj, name, writable):
         try:
             arr = np.asarray(memoryview(obj))
         except TypeError:
+            if hasattr(obj, "__dlpack__") or hasattr(obj, "__cuda_array_interface__"):
+                raise Native(f"{name}: {type(obj).__name__} exposes DLPack or "
+                             "__cuda_array_interface__, not the buffer interface") from None
             raise TypeError(f"{name}: {type(obj).__name__} does not expose the buffer interface") from None
     if arr.dtype.hasobject:
         raise TypeError(f"{name}: dtype {arr.dtype} holds Python objects, which cannot be sent as "
@@ -82,9 +106,12 @@ def parse(spec, name, writable=False, vector=False, blocks=1):
     if datatype is not None:
         dtype = _dtype_of(datatype, name)
         if arr.dtype != dtype:
-            if arr.nbytes % dtype.itemsize:
-                raise ValueError(f"{name}: {arr.nbytes} bytes is not a whole number of {datatype}")
-            arr = arr.view(np.uint8).view(dtype) if arr.size else np.empty(0, dtype)
+            whole, extra = divmod(arr.nbytes, dtype.itemsize)
+            if extra and counts is None:
+                raise ValueError(f"{name}: {arr.nbytes} bytes is not a whole number of "
+                                 f"{type_name(datatype)} ({dtype.itemsize} bytes); give a count")
+            # With a count, as in mpi4py, the buffer only needs to hold that many elements.
+            arr = arr.view(np.uint8)[:whole * dtype.itemsize].view(dtype) if whole else np.empty(0, dtype)
     if vector:
         if counts is not None:
             counts = tuple(int(c) for c in np.atleast_1d(counts))

@@ -11,6 +11,21 @@ job at once; ``I...`` methods hand it to the progress thread and return a Reques
 ``check=True`` (the default; COLLECTIVES_CHECK=0 turns it off) a job first agrees with the
 other ranks on counts, dtype, op, root and algorithm through one small native all-reduce,
 so a mismatch raises the same error on every rank instead of hanging or truncating.
+
+What our algorithms do not cover (long double, MAXLOC/MINLOC and user-defined ops, derived
+datatypes, DLPack and ``__cuda_array_interface__`` buffers; see ``buffers.Native``) is
+delegated to MPI's own call on the private duplicate, so it keeps its place in the order of
+this communicator's collectives, queues behind pending nonblocking ones like any job, and
+sets ``last_algorithm`` to ``"native"`` with the reason logged (logger "collectives", INFO).
+The decision rests on the kinds of the arguments only, which all ranks share; with ``check``
+the agreement includes it, so a rank that delegates while another does not raises instead
+of hanging.
+
+``Dup``, ``Split``, ``Split_type``, ``Create``, ``Create_group``, ``Clone`` and ``Create_cart``
+return a ``Comm`` with this one's algorithm choices and check setting (COMM_NULL stays
+COMM_NULL); it owns the new communicator and frees it in ``Free``.  After ``Create_cart``,
+``comm`` is the ``Cartcomm`` and topology methods (``Get_coords``, ``Shift``, ...) reach it
+through attribute forwarding.
 """
 import functools
 import os
@@ -19,7 +34,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import kernels, p2p
-from .buffers import is_in_place, parse
+from .buffers import Native, is_in_place, parse
 from .nonblocking import Progress, completed
 from .ops import DTYPES, OP_NAMES, check_op, dtype_code
 from .registry import ALGORITHMS, env_choice, log, names, plan, resolve_name, select
@@ -42,15 +57,18 @@ def _as_bytes(arr):
     return arr.view(np.uint8) if arr.size else np.empty(0, np.uint8)
 
 
-def _agreed(collective):
+def _agreed(collective, native):
     """Decorate a job builder so that, with ``check``, a rank whose arguments are invalid
     still takes part in the argument agreement before raising: the others raise too
-    instead of waiting for it."""
+    instead of waiting for it.  When the builder raises Native, ``native(*args)`` gives the
+    mpi4py method name and arguments of the same call, which MPI then runs."""
     def decorate(builder):
         @functools.wraps(builder)
         def wrapper(self, *args, **kwargs):
             try:
                 return builder(self, *args, **kwargs)
+            except Native as why:
+                return self._native_job(collective, why, *native(*args, **kwargs))
             except (ValueError, TypeError) as exc:
                 if not self.check or self.size == 1:
                     raise
@@ -68,6 +86,24 @@ def _check_root(root, size, name):
     if not isinstance(root, (int, np.integer)) or not 0 <= root < size:
         raise ValueError(f"{name}: invalid root {root!r} for a communicator of size {size}")
     return int(root)
+
+
+def _address(arr):
+    return arr.__array_interface__["data"][0]
+
+
+def _aliased(send, recv, name, exact_ok=True):
+    """True when ``send`` is exactly ``recv``'s memory and ``exact_ok`` (a reduction then runs
+    as with MPI.IN_PLACE); ValueError naming both for any other overlap, which MPI forbids."""
+    if send is None or recv is None or not send.nbytes or not recv.nbytes:
+        return False
+    s, r = _address(send), _address(recv)
+    if exact_ok and s == r and send.nbytes == recv.nbytes:
+        return True
+    if s < r + recv.nbytes and r < s + send.nbytes:
+        raise ValueError(f"{name}: sendbuf (bytes {s:#x}..+{send.nbytes}) and recvbuf (bytes "
+                         f"{r:#x}..+{recv.nbytes}) overlap; pass MPI.IN_PLACE to work in place")
+    return False
 
 
 def _same_dtype(a, b, name):
@@ -116,6 +152,7 @@ class Comm:
         self._scratch = {}
         self._progress = None
         self._fast = {}
+        self._owned = False  # whether Free also frees ``comm`` (made by Dup, Split, ...)
 
     def __getattr__(self, name):
         if name.startswith("_") or name == "comm":
@@ -138,6 +175,8 @@ class Comm:
             self._progress = None
         if self._coll != MPI.COMM_NULL:
             self._coll.Free()
+        if self._owned and self.comm != MPI.COMM_NULL:
+            self.comm.Free()
 
     def Get_rank(self):
         """Rank of this process."""
@@ -146,6 +185,30 @@ class Comm:
     def Get_size(self):
         """Number of processes."""
         return self.size
+
+    # ---- communicators made from this one -------------------------------------------------
+
+    def _derived(method):
+        def derive(self, *args, **kwargs):
+            made = getattr(self.comm, method)(*args, **kwargs)
+            if made == MPI.COMM_NULL:
+                return made
+            comm = Comm(made, algorithms=self.algorithms, check=self.check)
+            comm._owned = True
+            return comm
+        derive.__name__ = derive.__qualname__ = method
+        derive.__doc__ = (f"mpi4py's {method}, as a collectives.Comm with this one's algorithm "
+                          "choices and check setting (COMM_NULL stays COMM_NULL).")
+        return derive
+
+    Dup = _derived("Dup")
+    Clone = _derived("Clone")
+    Split = _derived("Split")
+    Split_type = _derived("Split_type")
+    Create = _derived("Create")
+    Create_group = _derived("Create_group")
+    Create_cart = _derived("Create_cart")
+    del _derived
 
     # ---- machinery shared by every collective -------------------------------------------
 
@@ -175,20 +238,34 @@ class Comm:
             bufs = [None if b is None else _as_bytes(b) for b in (acc, tmp, inp)]
             run_python(self._coll, steps, bufs, dtype, op, TAG[collective])
 
+    def _native_job(self, collective, why, method, *args):
+        """A job running mpi4py's ``method(*args)`` on the private communicator."""
+        log.info("%s: %s; native MPI call", method, why)
+        self.last_algorithm = "native"
+        call = getattr(self._coll, method)
+
+        def job():
+            if self.check:
+                self._agree(collective, "native")
+            call(*args)
+        return job
+
     def _agree(self, collective, algo, error=False, **fields):
         """Raise the same ValueError on every rank unless all ranks passed equal ``fields``.
 
         One native all-reduce (MAX) of a vector whose length depends only on the communicator
         size, so ranks calling different collectives, or a rank whose own arguments were
         invalid (``error=True``, no fields), still meet in it and all raise.  A field may be
-        None on ranks that cannot know it (a Gatherv count away from the root).
+        None on ranks that cannot know it (a Gatherv count away from the root).  ``algo`` is
+        an Algorithm, ``"native"`` for a call delegated to MPI, or None with ``error``.
         """
         width = 4 + self.size
         if len(fields) > width:
             raise RuntimeError(f"{collective}: {len(fields)} fields to agree on, room for {width}")
         unknown = 1 << 62
+        choices = names(collective) + ["native"]
         head = [int(error), _COLLECTIVE_INDEX[collective],
-                names(collective).index(algo.name) if algo is not None else 0]
+                0 if algo is None else choices.index(getattr(algo, "name", algo))]
         values = list(fields.values()) + [0] * (width - len(fields))
         hi = head + [-unknown if v is None else int(v) for v in values]
         lo = head[1:] + [unknown if v is None else int(v) for v in values]
@@ -199,8 +276,15 @@ class Comm:
             if error:
                 return
             raise ValueError(f"{collective}: invalid arguments on another rank (it raised the details)")
+        # Fields mean something only between ranks running the same collective and algorithm
+        # (a native call agrees on none), and ranks differing there may have different keys.
         keys = ["collective", "algorithm"] + list(fields)
+        if lo[0] != hi[0] or lo[1] != hi[1]:
+            keys = keys[:2]
         bad = [f"{k} ranges {lo[i]}..{hi[i]}" for i, k in enumerate(keys) if lo[i] != hi[i]]
+        if lo[0] == hi[0] and lo[1] != hi[1]:
+            bad[0] += (f" ({choices[lo[1]]}..{choices[hi[1]]}; 'native' is MPI's own call, "
+                       "taken for arguments no algorithm covers)")
         if bad:
             raise ValueError(f"{collective}: arguments differ across ranks: " + ", ".join(bad))
 
@@ -226,7 +310,7 @@ class Comm:
         """Everything AllreduceFast needs for (n, dtype, op), or None to use the general path."""
         try:
             opc, dt = check_op(op, dtype)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, Native):
             return None
         algo = self._choose("allreduce", algorithm, n, n * dtype.itemsize)
         steps, tmp_count, nreq = plan(algo.name, self.rank, self.size, n)
@@ -243,7 +327,7 @@ class Comm:
         self._fast[algorithm] = fast
         return fast
 
-    @_agreed("allreduce")
+    @_agreed("allreduce", lambda sendbuf, recvbuf, op, algorithm: ("Allreduce", sendbuf, recvbuf, op))
     def _allreduce_job(self, sendbuf, recvbuf, op, algorithm):
         recv, n, _ = parse(recvbuf, "recvbuf", writable=True)
         send = None
@@ -252,6 +336,8 @@ class Comm:
             if ns != n:
                 raise ValueError(f"Allreduce: sendbuf has {ns} elements but recvbuf has {n}")
             _same_dtype(send, recv, "Allreduce")
+            if _aliased(send, recv, "Allreduce"):
+                send = None
         opc, dt = check_op(op, recv.dtype)
         algo = self._choose("allreduce", algorithm, n, recv.nbytes)
 
@@ -259,7 +345,7 @@ class Comm:
             if self.check:
                 self._agree("allreduce", algo, count=n, dtype=dt, op=opc)
             reads_in = algo.reads_in and n and self.size > 1
-            if send is not None and not reads_in and not np.shares_memory(send, recv):
+            if send is not None and not reads_in:
                 np.copyto(recv, send)
             if n and self.size > 1:
                 self._execute(algo, (n,), recv, (send if send is not None else recv) if reads_in else None,
@@ -280,7 +366,7 @@ class Comm:
 
     # ---- broadcast -----------------------------------------------------------------------
 
-    @_agreed("bcast")
+    @_agreed("bcast", lambda buf, root, algorithm: ("Bcast", buf, root))
     def _bcast_job(self, buf, root, algorithm):
         root = _check_root(root, self.size, "Bcast")
         arr, n, _ = parse(buf, "buf", writable=True)
@@ -304,7 +390,7 @@ class Comm:
 
     # ---- reduce --------------------------------------------------------------------------
 
-    @_agreed("reduce")
+    @_agreed("reduce", lambda sendbuf, recvbuf, op, root, algorithm: ("Reduce", sendbuf, recvbuf, op, root))
     def _reduce_job(self, sendbuf, recvbuf, op, root, algorithm):
         root = _check_root(root, self.size, "Reduce")
         is_root = self.rank == root
@@ -321,6 +407,8 @@ class Comm:
                 if n_send != n:
                     raise ValueError(f"Reduce: sendbuf has {n_send} elements but recvbuf has {n}")
                 _same_dtype(send, recv, "Reduce")
+                if _aliased(send, recv, "Reduce"):
+                    send = recv
             n = n_send
         opc, dt = check_op(op, send.dtype)
         algo = self._choose("reduce", algorithm, n, send.nbytes)
@@ -342,7 +430,8 @@ class Comm:
 
     # ---- all-gather ----------------------------------------------------------------------
 
-    @_agreed("allgather")
+    @_agreed("allgather", lambda sendbuf, recvbuf, algorithm, vector:
+             ("Allgatherv" if vector else "Allgather", sendbuf, recvbuf))
     def _allgather_job(self, sendbuf, recvbuf, algorithm, vector):
         name = "Allgatherv" if vector else "Allgather"
         recv, counts, displs = parse(recvbuf, "recvbuf", writable=True, vector=True)
@@ -364,6 +453,7 @@ class Comm:
         if not is_in_place(sendbuf):
             send, ns, _ = parse(sendbuf, "sendbuf")
             _same_dtype(send, recv, name)
+            _aliased(send, recv, name, exact_ok=False)
             if counts is None:
                 counts = (ns,) * p
             elif counts[r] != ns:
@@ -418,7 +508,9 @@ class Comm:
 
     # ---- reduce-scatter ------------------------------------------------------------------
 
-    @_agreed("reduce_scatter")
+    @_agreed("reduce_scatter", lambda sendbuf, recvbuf, counts, op, algorithm, name:
+             (name, sendbuf, recvbuf, op) if name == "Reduce_scatter_block"
+             else (name, sendbuf, recvbuf, counts, op))
     def _reduce_scatter_job(self, sendbuf, recvbuf, counts, op, algorithm, name):
         p, r = self.size, self.rank
         recv, n_recv, _ = parse(recvbuf, "recvbuf", writable=True)
@@ -432,6 +524,9 @@ class Comm:
             counts = gathered
         send = recv if in_place else parse(sendbuf, "sendbuf")[0]
         _same_dtype(send, recv, name)
+        if not in_place and _aliased(send, recv, name):
+            # sendbuf is recvbuf exactly: MPI.IN_PLACE with explicit counts.
+            in_place = True
         if counts is None:
             if send.size % p:
                 raise ValueError(f"{name}: {send.size} elements do not split evenly over {p} ranks")
@@ -453,15 +548,13 @@ class Comm:
             if self.check:
                 self._agree("reduce_scatter", algo, dtype=dt, op=opc,
                             **{f"count{i}": c for i, c in enumerate(counts)})
-            acc = recv if in_place else self._buffer("acc", send.nbytes).view(send.dtype)
-            if not in_place:
-                np.copyto(acc, send)
+            # The schedule writes every block of its buffer; in place, MPI leaves recvbuf past
+            # the rank's own result (which lands at its start) untouched, so it runs on a copy.
+            acc = self._buffer("acc", send.nbytes).view(send.dtype)
+            np.copyto(acc, send)
             if total and p > 1:
                 self._execute(algo, (counts,), acc, None, dt, opc, "reduce_scatter")
-            if in_place:
-                recv[:counts[r]] = acc[start:start + counts[r]].copy() if start else acc[:counts[r]]
-            else:
-                recv[:counts[r]] = acc[start:start + counts[r]]
+            recv[:counts[r]] = acc[start:start + counts[r]]
         return job
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
@@ -532,7 +625,8 @@ class Comm:
                       **{f"count{i}": c if c >= 0 else None for i, c in enumerate(counts)})
         return counts, bcounts, packed, algo, fields
 
-    @_agreed("gather")
+    @_agreed("gather", lambda sendbuf, recvbuf, root, algorithm, vector:
+             ("Gatherv" if vector else "Gather", sendbuf, recvbuf, root))
     def _gather_job(self, sendbuf, recvbuf, root, algorithm, vector):
         name = "Gatherv" if vector else "Gather"
         root = _check_root(root, self.size, name)
@@ -545,6 +639,7 @@ class Comm:
             send = recv[displs[r]:displs[r] + counts[r]]
         else:
             send = parse(sendbuf, "sendbuf")[0]
+            _aliased(send, rooted and rooted[0], name, exact_ok=False)
         counts, bcounts, packed, algo, fields = self._rooted_setup(
             "gather", name, vector, root, rooted, send, algorithm)
 
@@ -572,7 +667,8 @@ class Comm:
         """Gather with per-rank counts given at the root: [buf, (counts, displs), datatype]."""
         self._run(self._gather_job(sendbuf, recvbuf, root, algorithm, vector=True))
 
-    @_agreed("scatter")
+    @_agreed("scatter", lambda sendbuf, recvbuf, root, algorithm, vector:
+             ("Scatterv" if vector else "Scatter", sendbuf, recvbuf, root))
     def _scatter_job(self, sendbuf, recvbuf, root, algorithm, vector):
         name = "Scatterv" if vector else "Scatter"
         root = _check_root(root, self.size, name)
@@ -584,6 +680,7 @@ class Comm:
             recv = None
         else:
             recv = parse(recvbuf, "recvbuf", writable=True)[0]
+            _aliased(rooted and rooted[0], recv, name, exact_ok=False)
         counts, bcounts, packed, algo, fields = self._rooted_setup(
             "scatter", name, vector, root, rooted, recv, algorithm)
 
@@ -617,7 +714,7 @@ class Comm:
 
     # ---- barrier -------------------------------------------------------------------------
 
-    @_agreed("barrier")
+    @_agreed("barrier", None)
     def _barrier_job(self, algorithm):
         algo = self._choose("barrier", algorithm, 0, 0)
 

@@ -1,6 +1,12 @@
-"""Reduction operations and element types: the names users pass and the codes the kernels take."""
+"""Reduction operations and element types: the names users pass and the codes the kernels take.
+
+An ``MPI.Op`` outside the table (MAXLOC, MINLOC, user-defined) and an element type
+MPI reduces but no kernel handles (long double) raise ``buffers.Native``: MPI runs the call.
+"""
 import numpy as np
 from mpi4py import MPI
+
+from .buffers import Native
 
 # Kernel codes; the order matches enum ck_dtype and enum ck_op in csrc/reduce.h.
 DTYPES = (
@@ -46,8 +52,21 @@ def op_name(op):
         for name, mpi_op in MPI_OP.items():
             if op == mpi_op:
                 return name
+        # REPLACE and NO_OP are for one-sided calls only; MPI refuses them here too.
+        if isinstance(op, MPI.Op) and op not in (MPI.OP_NULL, MPI.REPLACE, MPI.NO_OP):
+            raise Native(f"op {_op_label(op)} has no kernel")
     raise ValueError(f"unsupported reduction op {op!r}; use one of {', '.join(OP_NAMES)} "
                      "or the matching MPI.Op")
+
+
+def _op_label(op):
+    return ("MPI.MAXLOC" if op == MPI.MAXLOC else "MPI.MINLOC" if op == MPI.MINLOC
+            else "user-defined")
+
+
+def _mpi_reduces(dtype):
+    """Whether MPI reduces ``dtype`` though no kernel does: long double, complex long double."""
+    return dtype.isnative and dtype.kind in "fc" and dtype not in DTYPE_CODE
 
 
 def dtype_code(dtype):
@@ -67,6 +86,9 @@ def _nonnative(dtype):
 def check_op(op, dtype):
     """Resolve ``op`` and ``dtype`` to kernel codes, rejecting pairs MPI does not define."""
     name = op_name(op)
+    dtype = np.dtype(dtype)
+    if _mpi_reduces(dtype):
+        raise Native(f"dtype {dtype} has no kernel")
     code = dtype_code(dtype)
     if not supports(name, dtype):
         raise TypeError(f"reduction op {name!r} is not defined on dtype {np.dtype(dtype)}")
