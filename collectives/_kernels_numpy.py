@@ -11,6 +11,24 @@ _UFUNC = {
 }
 
 
+# Bitwise combination of two equal floats for MIN (either -0 gives -0) and MAX (either +0 gives +0).
+_TIE = {"min": np.bitwise_or, "max": np.bitwise_and}
+
+
+def _ieee_minmax(name, d, s):
+    """d[...] = IEEE 754-2019 minimum or maximum of d and s, as csrc/reduce.c computes it: NaN
+    if either is NaN, always the canonical quiet NaN (np.nan's bits), and -0 < +0.
+    np.minimum propagates NaN but returns whichever NaN or zero comes first or second
+    depending on its loop, so the equal pairs (only +-0 can differ in bits) and the NaNs are
+    settled afterwards."""
+    bits = np.dtype(f"u{d.dtype.itemsize}")
+    tie = d == s
+    tied = _TIE[name](d.view(bits), s.view(bits))
+    _UFUNC[name](d, s, out=d)
+    np.copyto(d.view(bits), tied, where=tie)
+    np.copyto(d, d.dtype.type(np.nan), where=np.isnan(d))
+
+
 def _apply(name, d, s):
     """d[...] = name(d, s).  Complex PROD goes by the textbook formula in real arithmetic, as
     csrc/reduce.c does: NumPy's complex multiply fuses multiply-adds in some of its loops, so
@@ -19,6 +37,8 @@ def _apply(name, d, s):
         re = d.real * s.real - d.imag * s.imag
         d.imag = d.real * s.imag + d.imag * s.real
         d.real = re
+    elif name in _TIE and d.dtype.kind == "f":
+        _ieee_minmax(name, d, s)
     else:
         _UFUNC[name](d, s, out=d)
 
