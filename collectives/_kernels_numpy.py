@@ -30,9 +30,16 @@ def _ieee_minmax(name, d, s):
 
 
 def _apply(name, d, s):
-    """d[...] = name(d, s).  Complex PROD goes by the textbook formula in real arithmetic, as
-    csrc/reduce.c does: NumPy's complex multiply fuses multiply-adds in some of its loops, so
-    its bits would depend on where the buffers start, and ranks would disagree."""
+    """d[...] = name(d, s), silent on overflow and invalid operations (Inf - Inf gives NaN), as
+    the C kernels are."""
+    with np.errstate(all="ignore"):
+        _combine(name, d, s)
+
+
+def _combine(name, d, s):
+    """Complex PROD goes by the textbook formula in real arithmetic, as csrc/reduce.c does:
+    NumPy's complex multiply fuses multiply-adds in some of its loops, so its bits would
+    depend on where the buffers start, and ranks would disagree."""
     if name == "prod" and d.dtype.kind == "c":
         re = d.real * s.real - d.imag * s.imag
         d.imag = d.real * s.imag + d.imag * s.real
