@@ -11,22 +11,25 @@ _UFUNC = {
 }
 
 
-# Bitwise combination of two equal floats for MIN (either -0 gives -0) and MAX (either +0 gives +0).
-_TIE = {"min": np.bitwise_or, "max": np.bitwise_and}
-
-
 def _ieee_minmax(name, d, s):
     """d[...] = IEEE 754-2019 minimum or maximum of d and s, as csrc/reduce.c computes it: NaN
     if either is NaN, always the canonical quiet NaN (np.nan's bits), and -0 < +0.
-    np.minimum propagates NaN but returns whichever NaN or zero comes first or second
-    depending on its loop, so the equal pairs (only +-0 can differ in bits) and the NaNs are
-    settled afterwards."""
-    bits = np.dtype(f"u{d.dtype.itemsize}")
-    tie = d == s
-    tied = _TIE[name](d.view(bits), s.view(bits))
+    np.minimum propagates NaN but returns whichever of two NaNs or two zeros its loop
+    happens to pick, so pairs of zeros and NaNs are settled afterwards.  Only boolean
+    temporaries, and values only where there are zeros: every fresh full-size temporary
+    costs page faults."""
+    zeros = d == 0
+    np.logical_and(zeros, s == 0, out=zeros)
+    both = zeros.any()
+    if both:
+        sign = np.logical_or if name == "min" else np.logical_and
+        negative = sign(np.signbit(d[zeros]), np.signbit(s[zeros]))
     _UFUNC[name](d, s, out=d)
-    np.copyto(d.view(bits), tied, where=tie)
-    np.copyto(d, d.dtype.type(np.nan), where=np.isnan(d))
+    if both:
+        d[zeros] = np.where(negative, -0.0, 0.0)
+    nan = np.isnan(d)
+    if nan.any():
+        d[nan] = np.nan
 
 
 def _apply(name, d, s):
@@ -44,7 +47,7 @@ def _combine(name, d, s):
         re = d.real * s.real - d.imag * s.imag
         d.imag = d.real * s.imag + d.imag * s.real
         d.real = re
-    elif name in _TIE and d.dtype.kind == "f":
+    elif name in ("min", "max") and d.dtype.kind == "f":
         _ieee_minmax(name, d, s)
     else:
         _UFUNC[name](d, s, out=d)
