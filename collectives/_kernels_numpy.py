@@ -11,14 +11,44 @@ _UFUNC = {
 }
 
 
+def _ieee_minmax(name, d, s):
+    """d[...] = IEEE 754-2019 minimum or maximum of d and s, as csrc/reduce.c computes it: NaN
+    if either is NaN, always the canonical quiet NaN (np.nan's bits), and -0 < +0.
+    np.minimum propagates NaN but returns whichever of two NaNs or two zeros its loop
+    happens to pick, so pairs of zeros and NaNs are settled afterwards.  Only boolean
+    temporaries, and values only where there are zeros: every fresh full-size temporary
+    costs page faults."""
+    zeros = d == 0
+    np.logical_and(zeros, s == 0, out=zeros)
+    both = zeros.any()
+    if both:
+        sign = np.logical_or if name == "min" else np.logical_and
+        negative = sign(np.signbit(d[zeros]), np.signbit(s[zeros]))
+    _UFUNC[name](d, s, out=d)
+    if both:
+        d[zeros] = np.where(negative, -0.0, 0.0)
+    nan = np.isnan(d)
+    if nan.any():
+        d[nan] = np.nan
+
+
 def _apply(name, d, s):
-    """d[...] = name(d, s).  Complex PROD goes by the textbook formula in real arithmetic, as
-    csrc/reduce.c does: NumPy's complex multiply fuses multiply-adds in some of its loops, so
-    its bits would depend on where the buffers start, and ranks would disagree."""
+    """d[...] = name(d, s), silent on overflow and invalid operations (Inf - Inf gives NaN), as
+    the C kernels are."""
+    with np.errstate(all="ignore"):
+        _combine(name, d, s)
+
+
+def _combine(name, d, s):
+    """Complex PROD goes by the textbook formula in real arithmetic, as csrc/reduce.c does:
+    NumPy's complex multiply fuses multiply-adds in some of its loops, so its bits would
+    depend on where the buffers start, and ranks would disagree."""
     if name == "prod" and d.dtype.kind == "c":
         re = d.real * s.real - d.imag * s.imag
         d.imag = d.real * s.imag + d.imag * s.real
         d.real = re
+    elif name in ("min", "max") and d.dtype.kind == "f":
+        _ieee_minmax(name, d, s)
     else:
         _UFUNC[name](d, s, out=d)
 

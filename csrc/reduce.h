@@ -15,7 +15,10 @@ enum ck_dtype {
     CK_NDTYPES
 };
 
-/* Reduction operations, with MPI's meaning: logical ops yield 0/1, MIN/MAX keep dst on ties. */
+/* Reduction operations, with MPI's meaning: logical ops yield 0/1, integer MIN/MAX keep dst on
+ * ties.  Floating MIN/MAX are IEEE 754-2019 minimum/maximum (NaN if either operand is NaN,
+ * -0 < +0), with every NaN result the canonical quiet NaN, so their bits never depend on the
+ * order in which values are combined. */
 enum ck_op {
     CK_SUM = 0, CK_PROD, CK_MIN, CK_MAX,
     CK_LAND, CK_LOR, CK_LXOR, CK_BAND, CK_BOR, CK_BXOR,

@@ -9,6 +9,7 @@ import pytest
 from collectives import _kernels_numpy, kernels
 from collectives.ops import OP_CODE, dtype_code
 from tests.single_process import one_rank  # noqa: F401 (autouse fixture)
+from tests.specials import FLOATS, assert_result, ieee, pool, specials
 from tests.util import ALL_DTYPES, make_data, ops_for
 
 try:
@@ -25,7 +26,10 @@ CASES = [(dt, op) for dt in ALL_DTYPES for op in ops_for(dt)]
 
 
 def definition(op, a, b):
-    """op(a, b) by NumPy's ufunc, cast back to a's dtype (logical ops give 0/1)."""
+    """op(a, b) by NumPy's ufunc, cast back to a's dtype (logical ops give 0/1); floating MIN
+    and MAX by the IEEE minimum / maximum of tests/specials.py."""
+    if a.dtype.kind == "f" and op in ("min", "max"):
+        return ieee(op, a, b)
     with np.errstate(over="ignore"):
         return UFUNC[op](a, b).astype(a.dtype)
 
@@ -46,14 +50,10 @@ def test_reduce_into(dtype, op):
                 np.testing.assert_array_equal(d.view(np.uint8), want.view(np.uint8), err_msg=what)
 
 
-@pytest.mark.parametrize("dtype,op", CASES, ids=[f"{d}-{o}" for d, o in CASES])
-def test_reduce_into_same_bits_at_any_alignment(dtype, op):
-    """The same result wherever the buffers start: ranks of a collective hold their data at
-    different addresses and must still agree bit for bit.  Complex PROD is also checked
-    against the textbook formula evaluated in NumPy's element type (no fused multiply-add)."""
-    n = 4103
-    a, b = make_data(dtype, op, n, 0), make_data(dtype, op, n, 1)
-    results = []
+def at_every_offset(dtype, a, b, op):
+    """op(a, b) by the selected kernels with dst starting at every offset in a 64-byte line
+    (src fixed 32 bytes past one): the bytes of each result."""
+    n, results = len(a), []
     for shift in range(0, 64, dtype.itemsize):
         raw_d, raw_s = np.empty(n * dtype.itemsize + 128, np.uint8), np.empty(n * dtype.itemsize + 128, np.uint8)
         at_d = (shift - raw_d.ctypes.data) % 64
@@ -65,11 +65,53 @@ def test_reduce_into_same_bits_at_any_alignment(dtype, op):
         results.append(d.view(np.uint8).copy())
     for shift, r in enumerate(results):
         np.testing.assert_array_equal(r, results[0], err_msg=f"shift {shift * dtype.itemsize} bytes")
+    return results[0]
+
+
+@pytest.mark.parametrize("dtype,op", CASES, ids=[f"{d}-{o}" for d, o in CASES])
+def test_reduce_into_same_bits_at_any_alignment(dtype, op):
+    """The same result wherever the buffers start: ranks of a collective hold their data at
+    different addresses and must still agree bit for bit.  Complex PROD is also checked
+    against the textbook formula evaluated in NumPy's element type (no fused multiply-add)."""
+    n = 4103
+    a, b = make_data(dtype, op, n, 0), make_data(dtype, op, n, 1)
+    got = at_every_offset(dtype, a, b, op)
     if dtype.kind == "c" and op == "prod":
         want = np.empty_like(a)
         want.real = a.real * b.real - a.imag * b.imag
         want.imag = a.real * b.imag + a.imag * b.real
-        np.testing.assert_array_equal(results[0], want.view(np.uint8))
+        np.testing.assert_array_equal(got, want.view(np.uint8))
+
+
+SPECIAL_CASES = [(dt, op) for dt in FLOATS for op in ("min", "max", "sum", "prod")]
+
+
+@pytest.mark.parametrize("dtype,op", SPECIAL_CASES, ids=[f"{d}-{o}" for d, o in SPECIAL_CASES])
+def test_reduce_into_specials(dtype, op):
+    """Every ordered pair of NaNs (three kinds), +-Inf, +-0 and ordinary values, through the
+    vector loops and their tails, in both implementations: MIN and MAX are IEEE minimum and
+    maximum bit for bit (canonical NaN); SUM and PROD are NaN where NumPy's are and equal to
+    them elsewhere; in either operand order."""
+    values = pool(dtype)
+    a, b = np.repeat(values, len(values)), np.tile(values, len(values))
+    for n in LENGTHS[1:]:
+        x, y = np.resize(a, n), np.resize(b, n)
+        want = ieee(op, x, y)
+        for impl in IMPLS:
+            results = []
+            for d, s in ((x.copy(), y), (y.copy(), x)):
+                impl.reduce_into(d, s, dtype_code(dtype), OP_CODE[op])
+                results.append(d)
+            for d in results:
+                assert_result(d, want, op, f"{impl.__name__} {op} n={n}")
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("op", ["min", "max"])
+def test_specials_same_bits_at_any_alignment(dtype, op):
+    n = 4103
+    a, b = specials(dtype, n, 0), specials(dtype, n, 1)
+    np.testing.assert_array_equal(at_every_offset(dtype, a, b, op), ieee(op, a, b).view(np.uint8))
 
 
 def test_selector_exports_the_chosen_implementation():
