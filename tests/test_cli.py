@@ -192,4 +192,4 @@ def test_unexpected_error_on_one_rank_aborts():
     ours = [line for line in result.stderr.splitlines() if line.startswith(PREFIX)]
     assert ours == [f"{PREFIX}internal error on rank 1: ZeroDivisionError: division by zero"], result.stderr
     assert f"collectives: rank 1 on {socket.gethostname()}: uncaught ZeroDivisionError" in result.stderr
-    assert "Traceback (most recent call last)" in result.stderr and "1 / 0" in result.stderr
+    assert "Traceback (most recent call last)" in result.stderr
