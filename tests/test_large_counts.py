@@ -8,12 +8,14 @@ int8 elements, is ``make test-large`` (tests/large_counts.py).
 """
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 import collectives
 import test_schedules as symbolic
 from collectives import registry, schedule
-from collectives.schedule import (COPY, IRECV, ISEND, NONE, REDUCE, SENDRECV, WAITALL,
-                                  Schedule, check_counts)
+from collectives.ops import dtype_code
+from collectives.schedule import (ACC, COPY, IRECV, ISEND, NONE, REDUCE, SENDRECV, TMP,
+                                  WAITALL, Schedule, check_counts)
 from util import assert_close, make_data
 
 LIMIT = 7
@@ -90,14 +92,23 @@ def test_split_rows(collective, name):
     assert split_seen or collective == "barrier", f"{name}: no message was ever split"
 
 
-def test_check_counts():
-    """A row over INT_MAX is refused, not narrowed; a REDUCE over it is fine."""
+def test_executors_refuse_over_int_max():
+    """Both executors refuse a send of 2^32 + 5 elements (C int: 5) instead of narrowing it;
+    a REDUCE row that long is fine."""
     s = Schedule(0, 2)
     s.reduce((0, 0, 2**32 + 5), (1, 0, 2**32 + 5))
     check_counts(s.finish())
-    row = np.array([[SENDRECV, 0, 0, 2**32 + 5, 1, NONE, 0, 0, NONE]], np.int64)
+    # A message to itself, which a narrowed count would let complete with 5 elements.
+    rows = np.array([[ISEND, ACC, 0, 2**32 + 5, 0, NONE, 0, 0, NONE],
+                     [IRECV, NONE, 0, 0, NONE, TMP, 0, 2**32 + 5, 0],
+                     [WAITALL, NONE, 0, 0, NONE, NONE, 0, 0, NONE]], np.int64)
+    acc, tmp, code = np.zeros(8, np.uint8), np.zeros(8, np.uint8), dtype_code(np.uint8)
     with pytest.raises(ValueError, match="4294967301 elements in one message"):
-        check_counts(row)
+        schedule.run_python(MPI.COMM_SELF, rows, [acc, tmp, None], code, 0, 1)
+    engine = pytest.importorskip("collectives._engine")
+    with pytest.raises(MPI.Exception) as err:
+        engine.execute(MPI.COMM_SELF, rows, acc, tmp, None, code, 0, 1, 2)
+    assert err.value.Get_error_class() == MPI.ERR_COUNT
 
 
 def test_bad_limit(monkeypatch):
