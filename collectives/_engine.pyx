@@ -6,6 +6,7 @@ however many steps it has, and other Python threads (the progress thread of the
 nonblocking forms, the caller's computation) run meanwhile.
 """
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_ANY_CONTIGUOUS, PyBUF_WRITABLE
+from libc.limits cimport INT_MAX
 from libc.stdint cimport int64_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy
@@ -73,6 +74,8 @@ cdef int run_steps(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char 
     cdef int rc = MPI_SUCCESS, nreq = 0
     for i in range(nsteps):
         r = steps + i * NCOLS
+        if r[0] != REDUCE and r[0] != COPY and (r[3] > INT_MAX or r[7] > INT_MAX):
+            return MPI_ERR_COUNT  # never narrow a count to int: schedule.py splits such rows
         if r[0] == SENDRECV:
             if r[4] == NONE:
                 rc = MPI_Recv(buf[r[5]] + r[6] * size, <int>r[7], t, <int>r[8], tag, comm,

@@ -13,11 +13,17 @@
 even while a nonblocking collective is in flight.  Sizes are checked: a message whose length
 differs from the buffer meant for it raises ValueError on the rank that notices (the
 receiver, the puller or the server), and never leaves the other side waiting.
+
+A buffer goes as one message of bytes, however large: over 2^31 - 1 bytes mpi4py calls
+MPI-4's large-count functions (MPI_Isend_c, MPI_Get_count_c), so the size check sees the
+true count.  An MPI older than 4.0 has none, and mpi4py would refuse such a count with
+MPI_ERR_ARG; such a buffer raises ValueError here first, naming the reason.
 """
 import numpy as np
 from mpi4py import MPI
 
 from .buffers import parse
+from .schedule import INT_MAX
 
 # Reserved on the private communicator; the collectives use comm.TAG (100 and up).
 TAG = {"push": 50, "pull": 51, "reply": 52}
@@ -33,8 +39,15 @@ def _private(comm):
     return wrap(comm)._coll
 
 
-def _data(buf, writable):
+# Whether one message may carry more than INT_MAX bytes (MPI-4 large counts).
+LARGE_COUNT = MPI.Get_version() >= (4, 0)
+
+
+def _data(buf, writable, name):
     arr = parse(buf, "buf", writable=writable)[0]
+    if arr.nbytes > INT_MAX and not LARGE_COUNT:
+        raise ValueError(f"{name}: a {arr.nbytes}-byte buffer needs MPI-4 large counts; this "
+                         f"MPI is {'.'.join(map(str, MPI.Get_version()))}")
     return arr.view(np.uint8) if arr.size else np.empty(0, np.uint8)
 
 
@@ -100,7 +113,7 @@ def push(comm, buf, dest):
     """Start sending ``buf`` to rank ``dest``, where ``receive`` takes it; return a Request."""
     coll = _private(comm)
     dest = _peer(dest, coll.size, "push")
-    data = _data(buf, writable=False)
+    data = _data(buf, writable=False, name="push")
     return Request([coll.Isend([data, MPI.BYTE], dest, TAG["push"])], dest, keep=(data,))
 
 
@@ -108,7 +121,7 @@ def receive(comm, buf, source=MPI.ANY_SOURCE):
     """Start receiving one push of exactly the size of ``buf`` from ``source`` (default: any)."""
     coll = _private(comm)
     source = _peer(source, coll.size, "receive", any_source=True)
-    data = _data(buf, writable=True)
+    data = _data(buf, writable=True, name="receive")
 
     def check(status):
         got, sender = status.Get_count(MPI.BYTE), status.Get_source()
@@ -123,7 +136,7 @@ def pull(comm, buf, owner):
     """Start fetching into ``buf`` what rank ``owner`` serves; return a Request."""
     coll = _private(comm)
     owner = _peer(owner, coll.size, "pull")
-    data = _data(buf, writable=True)
+    data = _data(buf, writable=True, name="pull")
     room = data if data.size else np.empty(1, np.uint8)
     ask = np.array([data.size], np.int64)
     # The reply's receive is posted before the request leaves, so the owner's send never waits.
@@ -143,7 +156,7 @@ def serve(comm, buf, source=MPI.ANY_SOURCE):
     """Answer one pull from ``source`` (default: any rank) with ``buf``; return the rank that asked."""
     coll = _private(comm)
     source = _peer(source, coll.size, "serve", any_source=True)
-    data = _data(buf, writable=False)
+    data = _data(buf, writable=False, name="serve")
     ask = np.empty(1, np.int64)
     status = MPI.Status()
     coll.Recv([ask, MPI.INT64_T], source, TAG["pull"], status)

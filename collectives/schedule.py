@@ -9,7 +9,19 @@ Buffers are named, never addressed: ACC is the buffer that ends up holding the r
 (the user's receive buffer when it can be), TMP is scratch the executor owns, IN is the
 caller's read-only input.  Offsets and counts are in elements; the executor scales them by
 the item size, so one schedule serves every dtype and op.
+
+Large counts: MPI takes a message's count as a C int, so a send or receive of more than
+``MAX_COUNT`` elements (INT_MAX) becomes several rows of at most that many, in the same
+order on both sides: MPI matches messages between two ranks in the order they were sent,
+so piece k meets piece k.  The executors count in elements of a contiguous type of the
+item size, so the limit is on elements whatever the dtype, and they refuse a row over
+INT_MAX instead of narrowing it.  A one-way row splits into blocking pieces: each waits
+only for the same peer to take the piece before it, a wait the unsplit row had too.  A
+two-way row splits into nonblocking pieces completed together, which is what MPI_Sendrecv
+is: no piece waits for a third rank, so the split adds no dependency that could deadlock.
 """
+import os
+
 import numpy as np
 
 ACC, TMP, IN = 0, 1, 2
@@ -21,6 +33,11 @@ ACC, TMP, IN = 0, 1, 2
 SENDRECV, REDUCE, COPY, ISEND, IRECV, WAITALL = range(6)
 NONE = -1  # no peer (MPI_PROC_NULL) or no buffer
 NCOLS = 9
+INT_MAX = 2**31 - 1
+
+# The largest count of one send or receive row.  COLLECTIVES_MAX_COUNT lowers it so tests
+# reach the split rows with small messages; registry.plan caches schedules built under it.
+MAX_COUNT = int(os.environ.get("COLLECTIVES_MAX_COUNT", INT_MAX))
 
 
 def displacements(counts):
@@ -39,6 +56,19 @@ def blocks(count, parts):
     return counts, displacements(counts)
 
 
+def pieces(off, cnt, limit):
+    """(offset, count) pieces of at most ``limit`` elements covering ``cnt`` from ``off``."""
+    return [(off + at, min(limit, cnt - at)) for at in range(0, cnt, limit)] or [(off, 0)]
+
+
+def check_counts(steps):
+    """Raise ValueError if a send or receive row of ``steps`` moves more than INT_MAX elements."""
+    moves = steps[np.isin(steps[:, 0], (SENDRECV, ISEND, IRECV))]
+    if moves.size and moves[:, [3, 7]].max() > INT_MAX:
+        raise ValueError(f"schedule moves {moves[:, [3, 7]].max()} elements in one message, "
+                         f"over MPI's limit of {INT_MAX}")
+
+
 class Schedule:
     """The steps of one rank in one collective, built by an algorithm module."""
 
@@ -48,6 +78,9 @@ class Schedule:
         self.tmp_count = 0
         self.nreq = 0
         self._pending = 0
+        self.limit = MAX_COUNT
+        if not 1 <= self.limit <= INT_MAX:
+            raise ValueError(f"COLLECTIVES_MAX_COUNT must be 1..{INT_MAX}, got {self.limit}")
 
     def _use(self, buf, off, cnt):
         if buf == TMP:
@@ -59,9 +92,23 @@ class Schedule:
             return
         sb, so, sc = send if dest != NONE else (NONE, 0, 0)
         rb, ro, rc = recv if source != NONE else (NONE, 0, 0)
+        if dest != NONE and source != NONE and self._pending:
+            # Its split form ends in a waitall, which would complete the pending requests early.
+            raise RuntimeError("sendrecv while nonblocking requests are pending; waitall first")
         self._use(sb, so, sc)
         self._use(rb, ro, rc)
-        self.rows.append((SENDRECV, sb, so, sc, dest, rb, ro, rc, source))
+        if max(sc, rc) <= self.limit:
+            self.rows.append((SENDRECV, sb, so, sc, dest, rb, ro, rc, source))
+        elif source == NONE:
+            for o, c in pieces(so, sc, self.limit):
+                self.rows.append((SENDRECV, sb, o, c, dest, NONE, 0, 0, NONE))
+        elif dest == NONE:
+            for o, c in pieces(ro, rc, self.limit):
+                self.rows.append((SENDRECV, NONE, 0, 0, NONE, rb, o, c, source))
+        else:
+            self.irecv(source, rb, ro, rc)
+            self.isend(dest, sb, so, sc)
+            self.waitall()
 
     def send(self, dest, buf, off, cnt):
         """Blocking send of ``cnt`` elements of ``buf`` at ``off`` to ``dest``."""
@@ -74,14 +121,17 @@ class Schedule:
     def isend(self, dest, buf, off, cnt):
         """Start a send; completed by the next ``waitall``."""
         self._use(buf, off, cnt)
-        self.rows.append((ISEND, buf, off, cnt, dest, NONE, 0, 0, NONE))
-        self._pending += 1
-        self.nreq = max(self.nreq, self._pending)
+        for o, c in pieces(off, cnt, self.limit):
+            self._start((ISEND, buf, o, c, dest, NONE, 0, 0, NONE))
 
     def irecv(self, source, buf, off, cnt):
         """Start a receive; completed by the next ``waitall``."""
         self._use(buf, off, cnt)
-        self.rows.append((IRECV, NONE, 0, 0, NONE, buf, off, cnt, source))
+        for o, c in pieces(off, cnt, self.limit):
+            self._start((IRECV, NONE, 0, 0, NONE, buf, o, c, source))
+
+    def _start(self, row):
+        self.rows.append(row)
         self._pending += 1
         self.nreq = max(self.nreq, self._pending)
 
@@ -119,6 +169,18 @@ class Schedule:
         return np.array(self.rows, dtype=np.int64).reshape(-1, NCOLS)
 
 
+_ELEMENT_TYPES = {}
+
+
+def _element_type(size):
+    """A committed contiguous MPI type of ``size`` bytes, made once: counts stay in elements."""
+    from mpi4py import MPI
+
+    if size not in _ELEMENT_TYPES:
+        _ELEMENT_TYPES[size] = MPI.BYTE.Create_contiguous(size).Commit()
+    return _ELEMENT_TYPES[size]
+
+
 def run_python(comm, steps, bufs, dtype_code, op_code, tag):
     """Execute ``steps`` with mpi4py and NumPy; ``bufs`` are flat uint8 views indexed by ACC/TMP/IN."""
     from mpi4py import MPI
@@ -127,23 +189,26 @@ def run_python(comm, steps, bufs, dtype_code, op_code, tag):
     from .ops import DTYPES
 
     size = np.dtype(DTYPES[dtype_code]).itemsize
+    check_counts(steps)
+    element = _element_type(size)
 
     empty = np.empty(0, np.uint8)
 
     def region(b, off, cnt):
         return bufs[b][off * size:(off + cnt) * size] if cnt else empty
 
+    def message(b, off, cnt):
+        return [region(b, off, cnt), cnt, element]
+
     requests = []
     for kind, ab, ao, ac, ap, bb, bo, bc, bp in steps.tolist():
         if kind == SENDRECV:
-            send = region(ab, ao, ac) if ap != NONE else None
-            recv = region(bb, bo, bc) if bp != NONE else None
             if ap == NONE:
-                comm.Recv([recv, MPI.BYTE], bp, tag)
+                comm.Recv(message(bb, bo, bc), bp, tag)
             elif bp == NONE:
-                comm.Send([send, MPI.BYTE], ap, tag)
+                comm.Send(message(ab, ao, ac), ap, tag)
             else:
-                comm.Sendrecv([send, MPI.BYTE], ap, tag, [recv, MPI.BYTE], bp, tag)
+                comm.Sendrecv(message(ab, ao, ac), ap, tag, message(bb, bo, bc), bp, tag)
         elif kind == REDUCE:
             dst = region(ab, ao, ac)
             if ap != NONE and bufs[ap] is not bufs[ab]:
@@ -152,9 +217,9 @@ def run_python(comm, steps, bufs, dtype_code, op_code, tag):
         elif kind == COPY:
             region(ab, ao, ac)[:] = region(bb, bo, bc)
         elif kind == ISEND:
-            requests.append(comm.Isend([region(ab, ao, ac), MPI.BYTE], ap, tag))
+            requests.append(comm.Isend(message(ab, ao, ac), ap, tag))
         elif kind == IRECV:
-            requests.append(comm.Irecv([region(bb, bo, bc), MPI.BYTE], bp, tag))
+            requests.append(comm.Irecv(message(bb, bo, bc), bp, tag))
         else:
             MPI.Request.Waitall(requests)
             requests = []

@@ -1,0 +1,349 @@
+"""Messages over MPI's int count, split into rows of at most ``schedule.MAX_COUNT`` elements.
+
+The limit is lowered to a few elements, so every split path runs at small sizes: the
+schedules are checked without MPI (no row over the limit, pieces that concatenate to the
+unsplit messages, no deadlock even when MPI buffers nothing), then every collective runs
+under mpiexec against native MPI at sizes around the limit.  The real thing, just over 2^31
+int8 elements, is ``make test-large`` (tests/large_counts.py).
+"""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import collectives
+import test_schedules as symbolic
+from collectives import registry, schedule
+from collectives.ops import dtype_code
+from collectives.schedule import (ACC, COPY, IRECV, ISEND, NONE, REDUCE, SENDRECV, TMP,
+                                  WAITALL, Schedule, check_counts)
+from util import assert_close, make_data
+
+LIMIT = 7
+
+
+@pytest.fixture(scope="module", autouse=True)
+def lowered():
+    """Every test of this module runs with the split limit at LIMIT elements; registry.plan
+    caches schedules, so it is cleared on the way in and out."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(schedule, "MAX_COUNT", LIMIT)
+        registry.plan.cache_clear()
+        yield
+    registry.plan.cache_clear()
+
+
+# ---- schedules, without MPI ---------------------------------------------------------------
+
+def _args(collective, p, n):
+    """Arguments of a ``collective`` schedule moving about ``n`` elements per rank."""
+    counts = tuple(n + (3 * i) % 5 for i in range(p))
+    return {"allreduce": (n,), "bcast": (n, p - 1), "reduce": (n, p // 2),
+            "allgather": (counts,), "reduce_scatter": (counts,), "gather": (counts, p - 1),
+            "scatter": (counts, p // 2), "barrier": ()}[collective]
+
+
+def _build(name, p, args, limit):
+    """Every rank's (Schedule, steps) for algorithm ``name`` under ``limit``."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(schedule, "MAX_COUNT", limit)
+        out = []
+        for r in range(p):
+            s = Schedule(r, p)
+            registry._BY_NAME[name].build(s, *args)
+            out.append((s, s.finish()))
+        return out
+
+
+def _messages(steps):
+    """Per (direction, peer): the element indices a rank sends or receives, in order."""
+    out = {}
+    for kind, ab, ao, ac, ap, bb, bo, bc, bp in steps.tolist():
+        if kind in (SENDRECV, ISEND) and ap != NONE:
+            out.setdefault(("to", ap), []).extend((ab, i) for i in range(ao, ao + ac))
+        if kind in (SENDRECV, IRECV) and bp != NONE:
+            out.setdefault(("from", bp), []).extend((bb, i) for i in range(bo, bo + bc))
+    return out
+
+
+ALL = [(c, a.name) for c, rows in registry.ALGORITHMS.items() for a in rows]
+
+
+@pytest.mark.parametrize("collective,name", ALL, ids=[n for _, n in ALL])
+def test_split_rows(collective, name):
+    """No row over the limit; the pieces are the unsplit messages cut in order; nreq covers them."""
+    split_seen = False
+    for p in (1, 2, 3, 5, 8):
+        for n in (0, 1, 3, 7, 8, 23):
+            args = _args(collective, p, n)
+            whole = _build(name, p, args, schedule.INT_MAX)
+            cut = _build(name, p, args, 3)
+            for (ws, wsteps), (cs, csteps) in zip(whole, cut):
+                moves = csteps[np.isin(csteps[:, 0], (SENDRECV, ISEND, IRECV))]
+                assert moves.size == 0 or moves[:, [3, 7]].max() <= 3, (name, p, n)
+                assert _messages(csteps) == _messages(wsteps), (name, p, n)
+                kept = wsteps[np.isin(wsteps[:, 0], (REDUCE, COPY))]
+                assert np.array_equal(csteps[np.isin(csteps[:, 0], (REDUCE, COPY))], kept)
+                pending = most = 0
+                for kind in csteps[:, 0]:
+                    pending = 0 if kind == WAITALL else pending + (kind in (ISEND, IRECV))
+                    most = max(most, pending)
+                assert cs.nreq == most and cs.tmp_count == ws.tmp_count, (name, p, n)
+                split_seen |= len(csteps) > len(wsteps)
+    assert split_seen or collective == "barrier", f"{name}: no message was ever split"
+
+
+def test_executors_refuse_over_int_max():
+    """Both executors refuse a send of 2^32 + 5 elements (C int: 5) instead of narrowing it;
+    a REDUCE row that long is fine."""
+    s = Schedule(0, 2)
+    s.reduce((0, 0, 2**32 + 5), (1, 0, 2**32 + 5))
+    check_counts(s.finish())
+    # A message to itself, which a narrowed count would let complete with 5 elements.
+    rows = np.array([[ISEND, ACC, 0, 2**32 + 5, 0, NONE, 0, 0, NONE],
+                     [IRECV, NONE, 0, 0, NONE, TMP, 0, 2**32 + 5, 0],
+                     [WAITALL, NONE, 0, 0, NONE, NONE, 0, 0, NONE]], np.int64)
+    acc, tmp, code = np.zeros(8, np.uint8), np.zeros(8, np.uint8), dtype_code(np.uint8)
+    with pytest.raises(ValueError, match="4294967301 elements in one message"):
+        schedule.run_python(MPI.COMM_SELF, rows, [acc, tmp, None], code, 0, 1)
+    engine = pytest.importorskip("collectives._engine")
+    with pytest.raises(MPI.Exception) as err:
+        engine.execute(MPI.COMM_SELF, rows, acc, tmp, None, code, 0, 1, 2)
+    assert err.value.Get_error_class() == MPI.ERR_COUNT
+
+
+def test_bad_limit(monkeypatch):
+    monkeypatch.setattr(schedule, "MAX_COUNT", 0)
+    with pytest.raises(ValueError, match="COLLECTIVES_MAX_COUNT must be"):
+        Schedule(0, 2)
+
+
+def test_sendrecv_while_pending():
+    s = Schedule(0, 2)
+    s.isend(1, 0, 0, 4)
+    with pytest.raises(RuntimeError, match="pending"):
+        s.sendrecv(1, (0, 0, 4), 1, (1, 0, 4))
+
+
+class Rendezvous(symbolic.Machine):
+    """test_schedules' machine, but MPI buffers nothing: a send completes only once the
+    matching receive has taken it, and a posted receive takes its message whatever its
+    rank is doing meanwhile, as MPI's progress does."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.posted = [[] for _ in range(self.p)]
+
+    def _send(self, r, dest, buf, off, cnt):
+        msg = {"data": self.bufs[r][buf][off:off + cnt], "done": False}
+        self.channels.setdefault((r, dest), []).append(msg)
+        return msg
+
+    def _post(self, r, source, buf, off, cnt):
+        rec = {"source": source, "at": (buf, off, cnt), "done": False}
+        self.posted[r].append(rec)
+        return rec
+
+    def _match(self):
+        """Each posted receive, in posting order, takes the oldest message from its source."""
+        for r in range(self.p):
+            for rec in self.posted[r]:
+                queue = self.channels.get((rec["source"], r))
+                if queue:
+                    msg = queue.pop(0)
+                    buf, off, cnt = rec["at"]
+                    assert len(msg["data"]) == cnt, f"rank {r} expects {cnt} elements, gets {len(msg['data'])}"
+                    self.bufs[r][buf][off:off + cnt] = msg["data"]
+                    msg["done"] = rec["done"] = True
+            self.posted[r] = [rec for rec in self.posted[r] if not rec["done"]]
+
+    def _step(self, r, row, state):
+        kind, ab, ao, ac, ap, bb, bo, bc, bp = row
+        if kind in (REDUCE, COPY):
+            return super()._step(r, row, state)
+        if kind == ISEND:
+            state["posted"].append(self._send(r, ap, ab, ao, ac))
+            return True
+        if kind == IRECV:
+            state["posted"].append(self._post(r, bp, bb, bo, bc))
+            return True
+        if kind == SENDRECV and not state["sent"]:
+            state["sent"] = [self._send(r, ap, ab, ao, ac)] if ap != NONE else []
+            state["sent"] += [self._post(r, bp, bb, bo, bc)] if bp != NONE else []
+        self._match()
+        waiting = "sent" if kind == SENDRECV else "posted"
+        if not all(x["done"] for x in state[waiting]):
+            return False
+        state[waiting] = False if kind == SENDRECV else []
+        return True
+
+
+@pytest.fixture
+def rendezvous(monkeypatch):
+    """test_schedules' symbolic checks on the Rendezvous machine."""
+    monkeypatch.setattr(symbolic, "Machine", Rendezvous)
+
+
+@pytest.mark.parametrize("limit", [2, schedule.INT_MAX], ids=["split", "whole"])
+def test_symbolic_rendezvous(rendezvous, monkeypatch, limit):
+    """The all-reduce, all-gather and reduce-scatter checks of test_schedules, split or not,
+    with no buffering in MPI: every result right, no deadlock, no message left over."""
+    monkeypatch.setattr(schedule, "MAX_COUNT", limit)
+    for algorithm in registry.ALGORITHMS["allreduce"]:
+        symbolic.test_allreduce_schedule(algorithm)
+    for algorithm in registry.ALGORITHMS["allgather"]:
+        symbolic.test_allgather_schedule(algorithm)
+    for algorithm in registry.ALGORITHMS["reduce_scatter"]:
+        symbolic.test_reduce_scatter_schedule(algorithm)
+
+
+@pytest.mark.parametrize("limit", [2, schedule.INT_MAX], ids=["split", "whole"])
+@pytest.mark.parametrize("collective", ["bcast", "reduce", "gather", "scatter", "barrier"])
+def test_rooted_rendezvous(monkeypatch, collective, limit):
+    """The other collectives on the Rendezvous machine: no deadlock, no message left over,
+    and a broadcast that leaves the root's data everywhere."""
+    monkeypatch.setattr(schedule, "MAX_COUNT", limit)
+    for algorithm in registry.ALGORITHMS[collective]:
+        for p in symbolic.RANKS:
+            for n in (1, 5, 2 * p + 3):
+                args = _args(collective, p, n)
+                size = sum(args[0]) if collective in ("gather", "scatter") else n
+                root_data = [f"r{i}" for i in range(size)]
+
+                def buffers(r):
+                    return (list(root_data) if collective != "bcast" or r == args[-1]
+                            else [None] * size), list(root_data)
+                out = Rendezvous(algorithm, p, args, buffers).run()
+                if collective == "bcast":
+                    assert all(o == root_data for o in out), (algorithm.name, p, n)
+
+
+# ---- under mpiexec, against native MPI ------------------------------------------------------
+
+def test_limit_in_effect():
+    """The plans the collectives below use are built under LIMIT."""
+    steps = registry.plan("allreduce_recursive_doubling", 0, 2, 3 * LIMIT)[0]
+    assert steps[steps[:, 0] == IRECV][:, 7].tolist() == [LIMIT] * 3
+
+def _sizes(p):
+    """Around the limit and its multiples, per rank."""
+    return sorted({0, 1, LIMIT - 1, LIMIT, LIMIT + 1, 2 * LIMIT + 3, p * LIMIT + 1, 61})
+
+
+def _both(mpi_comm):
+    """The checked Comm and the unchecked one (Allreduce's fast path), fresh so no plan is cached."""
+    return [collectives.Comm(mpi_comm), collectives.Comm(mpi_comm, check=False)]
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float64], ids=str)
+@pytest.mark.parametrize("algorithm", collectives.names("allreduce"))
+def test_allreduce(mpi_comm, algorithm, dtype):
+    for comm in _both(mpi_comm):
+        for n in _sizes(mpi_comm.size):
+            send = make_data(dtype, "sum", n, mpi_comm.rank)
+            got, want = np.zeros(n, dtype), np.zeros(n, dtype)
+            comm.Allreduce(send, got, algorithm=algorithm)
+            mpi_comm.Allreduce(send, want)
+            assert_close(got, want, dtype, mpi_comm.size, f"{algorithm} n={n}")
+        comm.Free()
+
+
+@pytest.mark.parametrize("algorithm", collectives.names("bcast"))
+def test_bcast(mpi_comm, algorithm):
+    comm = collectives.Comm(mpi_comm)
+    for n in _sizes(mpi_comm.size):
+        for root in {0, mpi_comm.size - 1}:
+            got = make_data(np.int16, "sum", n, mpi_comm.rank)
+            want = got.copy()
+            comm.Bcast(got, root=root, algorithm=algorithm)
+            mpi_comm.Bcast(want, root=root)
+            assert np.array_equal(got, want), f"{algorithm} n={n} root={root}"
+    comm.Free()
+
+
+def test_reduce(mpi_comm):
+    comm = collectives.Comm(mpi_comm)
+    root = mpi_comm.size // 2
+    for n in _sizes(mpi_comm.size):
+        send = make_data(np.int64, "sum", n, mpi_comm.rank)
+        got, want = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        comm.Reduce(send, got, root=root)
+        mpi_comm.Reduce(send, want, root=root)
+        assert np.array_equal(got, want), f"n={n}"
+    comm.Free()
+
+
+def _counts(p, n):
+    return [n + (2 * i) % 3 for i in range(p)]
+
+
+@pytest.mark.parametrize("algorithm", collectives.names("allgather"))
+def test_allgatherv(mpi_comm, algorithm):
+    comm, p = collectives.Comm(mpi_comm), mpi_comm.size
+    for n in _sizes(p):
+        counts = _counts(p, n)
+        send = make_data(np.float32, "sum", counts[mpi_comm.rank], mpi_comm.rank)
+        got, want = np.zeros(sum(counts), np.float32), np.zeros(sum(counts), np.float32)
+        comm.Allgatherv(send, [got, counts], algorithm=algorithm)
+        mpi_comm.Allgatherv(send, [want, counts])
+        assert np.array_equal(got, want), f"{algorithm} counts={counts}"
+    comm.Free()
+
+
+@pytest.mark.parametrize("algorithm", collectives.names("reduce_scatter"))
+def test_reduce_scatter(mpi_comm, algorithm):
+    comm, p, r = collectives.Comm(mpi_comm), mpi_comm.size, mpi_comm.rank
+    for n in _sizes(p):
+        counts = _counts(p, n)
+        send = make_data(np.int32, "sum", sum(counts), r)
+        got, want = np.zeros(counts[r], np.int32), np.zeros(counts[r], np.int32)
+        comm.Reduce_scatter(send, got, counts, algorithm=algorithm)
+        mpi_comm.Reduce_scatter(send, want, counts)
+        assert np.array_equal(got, want), f"{algorithm} counts={counts}"
+    comm.Free()
+
+
+@pytest.mark.parametrize("algorithm", collectives.names("gather") + collectives.names("scatter"))
+def test_gather_scatter(mpi_comm, algorithm):
+    """Gather, or Scatter, with equal blocks around the limit, against native MPI."""
+    comm, p, r = collectives.Comm(mpi_comm), mpi_comm.size, mpi_comm.rank
+    root = p - 1
+    for n in _sizes(p):
+        mine = make_data(np.int8, "sum", n, r)
+        whole = make_data(np.int8, "sum", n * p, root) if r == root else None
+        got, want = [np.zeros(n * p if algorithm.startswith("gather") else n, np.int8)
+                     if r == root or algorithm.startswith("scatter") else None for _ in range(2)]
+        if algorithm.startswith("gather"):
+            comm.Gather(mine, got, root=root, algorithm=algorithm)
+            mpi_comm.Gather(mine, want, root=root)
+        else:
+            comm.Scatter(whole, got, root=root, algorithm=algorithm)
+            mpi_comm.Scatter(whole, want, root=root)
+        if got is not None:
+            assert np.array_equal(got, want), f"{algorithm} n={n}"
+    comm.Free()
+
+
+def test_rendezvous_catches_deadlock():
+    """Two ranks that both send before they receive deadlock when MPI buffers nothing."""
+    class HeadToHead:
+        name = "head_to_head"
+
+        @staticmethod
+        def build(s, n):
+            s.send(1 - s.rank, 0, 0, n)
+            s.recv(1 - s.rank, 0, 0, n)
+
+    with pytest.raises(AssertionError, match="deadlock"):
+        Rendezvous(HeadToHead, 2, (3,), lambda r: ([r] * 3, None)).run()
+    assert symbolic.Machine(HeadToHead, 2, (3,), lambda r: ([r] * 3, None)).run() == [[1] * 3, [0] * 3]
+
+
+@pytest.mark.parametrize("call", ["push", "receive", "pull", "serve"])
+def test_p2p_needs_large_count(comm, monkeypatch, call):
+    """Without MPI-4 large counts a buffer over INT_MAX bytes is refused before any message."""
+    from collectives import p2p
+
+    monkeypatch.setattr(p2p, "LARGE_COUNT", False)
+    big = np.zeros(schedule.INT_MAX + 1, np.uint8)  # never touched, so never backed by memory
+    with pytest.raises(ValueError, match=f"{call}: a 2147483648-byte buffer needs MPI-4"):
+        getattr(p2p, call)(comm, big, 0)
