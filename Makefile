@@ -53,7 +53,7 @@ venv: $(VENV)/.installed
 build: $(VENV)/.installed
 	$(BUILD_ENV) $(PY) setup.py -q build_ext --inplace
 
-test: test-native test-purepython test-simd test-mpi4py test-large
+test: test-native test-purepython test-simd test-mpi4py test-openmpi test-large
 
 test-native: build
 	@for n in $(NPS); do \
