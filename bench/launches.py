@@ -70,7 +70,9 @@ def launch(np_, argv, env=None, timeout=3600):
     clean.update(env or {})
     with tempfile.TemporaryDirectory(prefix="collectives-bench-") as tmp:
         path = os.path.join(tmp, "out.json")
-        cmd = [mpiexec(), "-n", str(np_), sys.executable, "-m", "bench.cli", *argv, "-q", "--no-json",
+        # Bound to cores (Hydra's and Open MPI's -bind-to) where the cores allow it.
+        bind = ["-bind-to", "core"] if np_ <= (os.cpu_count() or 1) else []
+        cmd = [mpiexec(), *bind, "-n", str(np_), sys.executable, "-m", "bench.cli", *argv, "-q", "--no-json",
                "--json", path]
         done = subprocess.run(cmd, env=clean, capture_output=True, text=True, timeout=timeout)
         if done.returncode or not os.path.exists(path):

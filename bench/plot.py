@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from bench.common import RESULTS
+from bench.common import RESULTS, human
 
 PANELS = (("busbw(GB/s)", "bus bandwidth (GB/s)", "log"), ("p50(us)", "p50 latency (us)", "log"),
           ("native/ours", "native p50 / ours p50", "linear"))
@@ -30,6 +30,7 @@ def plot(result, path):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     rows = [row for row in result["rows"] if row["place"] == "out" and row["size"] > 0
             and row["p50(us)"] is not None]
@@ -49,6 +50,7 @@ def plot(result, path):
                 ax.plot(*zip(*points), label=name, **style)
     for ax, (_, title, scale) in zip(axes, PANELS):
         ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: human(int(x)).replace(" ", "")))
         ax.set_yscale(scale)
         ax.set_xlabel("message size (bytes)")
         ax.set_title(title)
