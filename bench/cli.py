@@ -100,6 +100,14 @@ def tests_of(names, ap):
     return list(dict.fromkeys(out))
 
 
+def known_algorithm(name, tests):
+    """Whether ``name`` is all/auto/native/default or an algorithm of one of ``tests``."""
+    from collectives.registry import ALGORITHMS
+
+    return name in ("all", "auto", "native", "default") or any(
+        algo.name in (name, f"{test}_{name}") for test in tests for algo in ALGORITHMS.get(test, ()))
+
+
 def size_range(args):
     """(min, max, factor) bytes from -m or -b/-e/-f, and --quick."""
     if args.message_size and (args.minbytes is not None or args.maxbytes is not None):
@@ -123,6 +131,10 @@ def main(argv=None):
     ap = parser()
     args = ap.parse_args(argv)
     args.tests = tests_of(args.tests_opt or args.tests, ap)
+    unknown = [a for a in args.algorithm if not known_algorithm(a, args.tests)]
+    if unknown:
+        ap.error(f"-a: {', '.join(unknown)} names no algorithm of {', '.join(args.tests)}; "
+                 "give all, auto, native or names from collectives.names(<collective>)")
     if args.summary:
         from bench.collectives import summarize
         for test in args.tests:

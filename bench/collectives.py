@@ -213,16 +213,16 @@ def counts_for(collective, size_list, p, itemsize=4):
 
 def contenders(collective, comm, count, algorithms=("all",), itemsize=4):
     """(name, key or None, reason) for native, default, auto and the chosen algorithms; None
-    where one cannot run.  ``algorithms``: names, or ``all`` (every one), ``auto``, ``native``;
-    native, default and auto are always measured where we have the collective."""
+    where one cannot run.  ``algorithms``: ``all`` (every one), ``auto``, ``native`` or names,
+    full or without the collective's prefix (names of other collectives are ignored); native,
+    default and auto are always measured where we have the collective."""
     rows = [(NATIVE_LABEL, "native", None)]
     if collective not in collectives.ALGORITHMS:
         return rows
     rows += [(DEFAULT, DEFAULT, None), (AUTO, AUTO, None)]
     named = collectives.ALGORITHMS[collective]
     if "all" not in algorithms:
-        wanted = {collectives.registry.resolve_name(collective, a) for a in algorithms
-                  if a not in ("auto", "native", DEFAULT)}
+        wanted = set(algorithms) | {f"{collective}_{a}" for a in algorithms}
         named = [algo for algo in named if algo.name in wanted]
     arg = count * itemsize if collective == "bcast" else count
     for algo in named:

@@ -150,6 +150,18 @@ def test_command_line_sizes():
     with pytest.raises(SystemExit):
         cli.size_range(ap.parse_args(["-m", "8:64", "-b", "8"]))
     assert cli.tests_of(["p2p", "allreduce"], ap) == ["latency", "bw", "bibw", "allreduce"]
+    assert cli.known_algorithm("ring", ["bcast", "allreduce"]) and cli.known_algorithm("auto", ["bcast"])
+    assert not cli.known_algorithm("ring", ["bcast"]) and not cli.known_algorithm("rnig", ["allreduce"])
+    with pytest.raises(SystemExit):
+        cli.main(["allreduce", "-a", "rnig"])
+
+
+@pytest.mark.parametrize("names", [["ring"], ["allreduce_ring", "binomial"]])
+def test_named_algorithms(mpi_comm, names):
+    got = [n for n, key, _ in bench.contenders("allreduce", mpi_comm, 100, names)]
+    want = [f"allreduce_{n.removeprefix('allreduce_')}" for n in names]
+    assert got == [bench.NATIVE_LABEL, bench.DEFAULT, bench.AUTO] + [n for n in collectives.names("allreduce")
+                                                                    if n in want]
 
 
 def test_sizes():
