@@ -35,6 +35,8 @@ export MPIR_CVAR_DEVICE_COLLECTIVES := none
 export OPENBLAS_NUM_THREADS := 1
 export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
+# make build installs the tree into the virtualenv (editable); PYTHONPATH still puts this checkout
+# first, so a git worktree sharing another checkout's virtualenv runs its own code.
 export PYTHONPATH := $(CURDIR)
 
 .PHONY: all venv build test test-native test-purepython test-simd test-openmpi bench bench-launches bench-mpich bench-kernels demo bench-train clean
