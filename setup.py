@@ -65,9 +65,11 @@ setup(
     name="collectives",
     version="0.1.0",
     description="MPI collective algorithms on mpi4py point-to-point, with native kernels",
-    packages=find_packages(include=["collectives", "collectives.*"]),
+    # bench/ installs beside the package: collectives-bench is bench.cli:main.
+    packages=find_packages(include=["collectives", "collectives.*", "bench"]),
     package_data={"collectives": ["data/*"]},
     ext_modules=cythonize(EXTENSIONS, compiler_directives={"language_level": 3}, quiet=True),
     install_requires=["mpi4py>=4.0", "numpy>=1.24", "scipy>=1.10"],
+    entry_points={"console_scripts": ["collectives-bench = bench.cli:main"]},
     python_requires=">=3.9",
 )

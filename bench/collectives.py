@@ -1,7 +1,8 @@
 """Sweep message sizes over every hand-written algorithm of a collective beside the native MPI call.
 
-    mpiexec -n 2 python -m bench.collectives [--collective allreduce ...] [--quick] [--osu]
-    python -m bench.collectives --summary          # combine the JSON results of past launches
+    mpiexec -n 2 collectives-bench allreduce [options]     # bench/cli.py: the command line
+    mpiexec -n 2 python -m bench.collectives allreduce     # the same
+    collectives-bench --summary                            # combine the JSON results of past launches
 
 One launch measures, size by size, the native mpi4py call on the plain communicator, our
 ``default`` row (``collectives.Comm(comm)`` with no options: what users get, the cross-rank
@@ -10,20 +11,23 @@ choose) and every algorithm of ``collectives.names(collective)`` forced by name 
 interleaved: each repetition times every contender once, in an order rotated by one per
 repetition, so drift within the launch (on this machine 1-4 MiB cells move 4x with core
 placement) hits all contenders alike.  A sample is ``batch`` back-to-back calls after a
-Barrier, divided by ``batch`` and taken as the slowest rank's; avg/min/median are over
-samples.  ``batch`` grows for small messages so a sample is long enough to time; the number
-of repetitions follows a time budget per size (many for 8 B, a few for 64 MiB).
+Barrier, divided by ``batch`` and taken as the slowest rank's; min/p50/p99/max are over
+samples.  ``batch`` grows for small messages so a sample is long enough to time; a contender
+gets samples until its timed calls reach the iteration count (OSU's by default) or the time
+budget per size is spent, after warm-up calls.
 
 Correctness is checked once per size and contender, native included, against the exact
-result: inputs are multiples of 2**-10 below 2 in magnitude, so every summation order gives
-the same float32 sum, and ``#wrong`` counts differing elements over all ranks.
+result: inputs are small integers (multiples of 2**-10 below 2 in magnitude for floats), so
+every summation order gives the same sum, and ``#wrong`` counts differing elements over all
+ranks; a contender with wrong elements is not timed.
 
 Native MPI allocates temporaries per call, which glibc serves as fresh mappings above its
 mmap threshold; ``make bench`` therefore runs every launch twice, the second time with
 MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ raised, and that launch's native row is
 labelled ``native[no-mmap]``.  Results go to bench/results/<collective>_np<p>_<malloc>.json.
+The measuring is here (``sweep``, ``measure``); the options, output formats, point-to-point
+tests and the modes that launch jobs are in bench/cli.py, report.py, p2p.py and launches.py.
 """
-import argparse
 import functools
 import glob
 import importlib.util
@@ -47,7 +51,7 @@ from mpi4py import MPI
 
 import collectives
 from collectives.comm import NATIVE
-from bench.common import RESULTS, environment, sizes, stats, table, write_json
+from bench.common import RESULTS, environment, human, stats, table
 
 # Per collective: the mpi4py method (ours has the same name), the nccl-tests bus-bandwidth
 # factor, and whether every rank holds 1/p of the data (so counts are multiples of p).
@@ -57,10 +61,20 @@ SPEC = {
     "allgather": ("Allgather", lambda p: (p - 1) / p, True),
     "reduce_scatter": ("Reduce_scatter_block", lambda p: (p - 1) / p, True),
     "reduce": ("Reduce", lambda p: 1.0, False),
+    "alltoall": ("Alltoall", lambda p: (p - 1) / p, True),
+    "gather": ("Gather", lambda p: (p - 1) / p, True),
+    "scatter": ("Scatter", lambda p: (p - 1) / p, True),
+    "barrier": ("Barrier", lambda p: 0.0, False),
 }
 REDUCING = ("allreduce", "reduce_scatter", "reduce")
-ROOT = 0
-PERIOD, HALF, SCALE = 4093, 2046, np.float32(2.0 ** -10)
+ROOTED = ("bcast", "reduce", "gather", "scatter")
+# In place has no meaning for a broadcast (always in place), a barrier, and is not offered for
+# the all-to-all (native only here).
+NO_IN_PLACE = ("bcast", "barrier", "alltoall")
+PERIOD, HALF, SCALE = 4093, 2046, 2.0 ** -10
+DTYPES = {"float32": "float", "float64": "double", "int32": "int32", "int64": "int64"}
+TYPE_NAMES = dict(DTYPES, uint8="byte")
+OPS = {"sum": (MPI.SUM, np.add), "max": (MPI.MAX, np.maximum), "min": (MPI.MIN, np.minimum)}
 
 NO_MMAP = bool(os.environ.get("MALLOC_MMAP_THRESHOLD_"))
 MALLOC = "no-mmap" if NO_MMAP else "glibc"
@@ -68,80 +82,150 @@ NATIVE_LABEL = "native[no-mmap]" if NO_MMAP else "native"
 THREAD_LEVELS = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
                  MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
 
-COLUMNS = [("size", 10, "d"), ("count", 9, "d"), ("type", 5, "s"), ("redop", 5, "s"),
-           ("algorithm", 34, "s"), ("avg(us)", 10, ".2f"), ("min(us)", 10, ".2f"),
-           ("median(us)", 10, ".2f"), ("algbw(GB/s)", 11, ".3f"), ("busbw(GB/s)", 11, ".3f"),
-           ("#wrong", 6, "d"), ("native/ours", 11, ".2f"), ("reps", 5, "d"), ("batch", 5, "d")]
-SUMMARY = [("size", 10, "d"), ("best", 34, "s"), ("median(us)", 10, ".2f"),
+COLUMNS = [("size", 10, "d"), ("count", 9, "d"), ("type", 6, "s"), ("redop", 5, "s"),
+           ("algorithm", 34, "s"), ("place", 5, "s"), ("min(us)", 10, ".2f"), ("p50(us)", 10, ".2f"),
+           ("p99(us)", 10, ".2f"), ("max(us)", 10, ".2f"), ("busbw(GB/s)", 11, ".3f"),
+           ("#wrong", 6, "d"), ("native/ours", 11, ".2f"), ("iters", 6, "d"), ("batch", 5, "d")]
+SUMMARY = [("size", 10, "d"), ("best", 34, "s"), ("p50(us)", 10, ".2f"),
            ("native(us)", 10, ".2f"), ("speedup", 7, ".2f"), ("busbw", 7, ".3f"),
            ("native busbw", 12, ".3f"), ("default", 7, ".2f"), ("auto", 7, ".2f")]
 # The rows that measure what users get, beside native and the named algorithms.
 DEFAULT, AUTO = "default", "auto"
+# OSU's defaults (osu_coll.h): 1000 timed iterations after 200 warm-up below 8 KiB, 100 after 10
+# from 8 KiB; the time budget per size may stop the timed loop earlier (the Iterations column
+# says how many ran).
+LARGE_MESSAGE = 8192
+OSU_ITERATIONS = {"small": (1000, 200), "large": (100, 10)}
 
 
-def _data(base, rank):
-    """Rank ``rank``'s float32 input: exact multiples of 2**-10, varied, not periodic in blocks."""
-    return (((base + 5 * rank) % PERIOD) - HALF).astype(np.float32) * SCALE
+def osu_counts(nbytes, iterations=None, warmup=None, defaults=OSU_ITERATIONS):
+    """(timed iterations, warm-up iterations) at ``nbytes``: the given ones or OSU's defaults."""
+    its, skip = defaults["large" if nbytes >= LARGE_MESSAGE else "small"]
+    return (its if iterations is None else iterations), (skip if warmup is None else warmup)
+
+
+def _data(base, rank, dtype):
+    """Rank ``rank``'s input: small integers (scaled by 2**-10 for floats), so every summation
+    order gives the same result exactly; varied, not periodic in blocks."""
+    ints = ((base + 5 * rank) % PERIOD) - HALF
+    if np.dtype(dtype).kind == "f":
+        return (ints * SCALE).astype(dtype)
+    return ints.astype(dtype)
+
+
+def _poison(arr):
+    arr.fill(np.nan if arr.dtype.kind == "f" else np.iinfo(arr.dtype).min)
 
 
 class Case:
-    """Buffers, calls and exact expected result of ``collective`` at ``count`` elements on ``comm``."""
+    """Buffers, calls and exact expected result of ``collective`` at ``count`` elements on ``comm``.
 
-    def __init__(self, collective, count, comm):
+    ``count`` is the element count of the whole vector (the reduced vector, the gathered or
+    scattered whole); ``in_place`` passes MPI.IN_PLACE where MPI allows it.
+    """
+
+    def __init__(self, collective, count, comm, dtype="float32", op="sum", in_place=False, root=0):
         p, r = comm.size, comm.rank
+        if in_place and collective in NO_IN_PLACE:
+            raise ValueError(f"{collective}: no in-place variant")
         method = SPEC[collective][0]
-        idx = np.arange(count, dtype=np.int32)
+        self.dtype = np.dtype(dtype)
+        idx = np.arange(count, dtype=np.int64)
         base = (idx * 7 + (idx >> 12) * 3) % PERIOD
-        part = count // p
-        n_in = part if collective == "allgather" else count
-        inputs = [_data(base[:n_in], i) for i in ([ROOT] if collective == "bcast" else range(p))]
-        kwargs = {"root": ROOT} if collective in ("bcast", "reduce") else {}
-        self.source = None
-        if collective == "bcast":
-            self.out = np.empty(count, np.float32)
-            args, want = (self.out,), inputs[0]
-            self.source = inputs[0] if r == ROOT else None
-        else:
-            self.out = np.empty(part if collective == "reduce_scatter" else count, np.float32)
-            args = (inputs[r], self.out)
-            if collective == "allgather":
-                want = np.concatenate(inputs)
+        part = count // p if SPEC[collective][2] else count
+        n_in = part if collective in ("allgather", "gather") else count
+        inputs = [_data(base[:n_in], i, dtype) for i in range(p)]
+        mine = inputs[r]
+        kwargs = {"root": root} if collective in ROOTED else {}
+        if collective in REDUCING:
+            kwargs["op"] = OPS[op][0]
+        at_root = r == root
+        want, prefill, args = None, None, ()
+        self.out = np.empty(count, self.dtype)
+        if collective == "barrier":
+            self.out = np.empty(0, self.dtype)
+        elif collective == "bcast":
+            args, prefill, want = (self.out,), (inputs[root] if at_root else None), inputs[root]
+        elif collective in ("allreduce", "reduce"):
+            total = functools.reduce(OPS[op][1], inputs)
+            want = total if collective == "allreduce" or at_root else None
+            if in_place and (collective == "allreduce" or at_root):
+                args, prefill = (MPI.IN_PLACE, self.out), mine
             else:
-                want = functools.reduce(np.add, inputs)
-                if collective == "reduce_scatter":
-                    want = want[r * part:(r + 1) * part]
-                elif collective == "reduce" and r != ROOT:
-                    want = None
-        self.want = want
-        self.nbytes = count * 4
+                args = (mine, self.out)
+        elif collective == "reduce_scatter":
+            want = functools.reduce(OPS[op][1], inputs)[r * part:(r + 1) * part]
+            if in_place:
+                args, prefill = (MPI.IN_PLACE, self.out), mine
+            else:
+                self.out = np.empty(part, self.dtype)
+                args = (mine, self.out)
+        elif collective in ("allgather", "gather"):
+            want = np.concatenate(inputs) if collective == "allgather" or at_root else None
+            if collective == "gather" and not at_root:
+                args = (mine, None)
+            elif in_place:
+                prefill = np.zeros(count, self.dtype)
+                prefill[r * part:(r + 1) * part] = mine
+                args = (MPI.IN_PLACE, self.out)
+            else:
+                args = (mine, self.out)
+        elif collective == "scatter":
+            whole = inputs[root]
+            if in_place and at_root:
+                args = (whole, MPI.IN_PLACE)
+            else:
+                self.out = np.empty(part, self.dtype)
+                args = (whole if at_root else None, self.out)
+                want = whole[r * part:(r + 1) * part]
+        elif collective == "alltoall":
+            want = np.concatenate([inputs[j][r * part:(r + 1) * part] for j in range(p)])
+            args = (mine, self.out)
+        self.want = None if want is None else want
+        self.prefill = prefill
+        self.count = count
+        self.nbytes = self.moved = count * self.dtype.itemsize
         self.call = lambda comm, **kw: getattr(comm, method)(*args, **kwargs, **kw)
 
     def check(self, call):
         """Run ``call`` once on poisoned output; the number of elements that differ from exact."""
-        self.out.fill(np.nan)
-        if self.source is not None:
-            self.out[:] = self.source
+        _poison(self.out)
+        if self.prefill is not None:
+            self.out[:self.prefill.size] = self.prefill
         call()
-        return 0 if self.want is None else int(np.count_nonzero(self.out != self.want))
+        if self.want is None:
+            return 0
+        return int(np.count_nonzero(self.out[:self.want.size] != self.want))
 
 
-def counts_for(collective, size_list, p):
-    """Element counts of float32 buffers for ``size_list`` bytes, multiples of p where data splits."""
+def counts_for(collective, size_list, p, itemsize=4):
+    """Element counts for ``size_list`` bytes, multiples of p where data splits; [0] for barrier."""
+    if collective == "barrier":
+        return [0]
     out = []
     for nbytes in size_list:
-        n = nbytes // 4
+        n = nbytes // itemsize
         if SPEC[collective][2]:
             n = max(p, n // p * p)
         out.append(max(n, 1))
     return sorted(set(out))
 
 
-def contenders(collective, comm, count):
-    """(name, key or None, reason) for native, default, auto and every algorithm; None where one
-    cannot run."""
-    rows = [(NATIVE_LABEL, "native", None), (DEFAULT, DEFAULT, None), (AUTO, AUTO, None)]
-    arg = count * 4 if collective == "bcast" else count
-    for algo in collectives.ALGORITHMS[collective]:
+def contenders(collective, comm, count, algorithms=("all",), itemsize=4):
+    """(name, key or None, reason) for native, default, auto and the chosen algorithms; None
+    where one cannot run.  ``algorithms``: ``all`` (every one), ``auto``, ``native`` or names,
+    full or without the collective's prefix (names of other collectives are ignored); native,
+    default and auto are always measured where we have the collective."""
+    rows = [(NATIVE_LABEL, "native", None)]
+    if collective not in collectives.ALGORITHMS:
+        return rows
+    rows += [(DEFAULT, DEFAULT, None), (AUTO, AUTO, None)]
+    named = collectives.ALGORITHMS[collective]
+    if "all" not in algorithms:
+        wanted = set(algorithms) | {f"{collective}_{a}" for a in algorithms}
+        named = [algo for algo in named if algo.name in wanted]
+    arg = count * itemsize if collective == "bcast" else count
+    for algo in named:
         if importlib.util.find_spec(f"collectives.algorithms.{algo.name}") is None:
             rows.append((algo.name, None, "not implemented yet"))
         else:
@@ -150,10 +234,18 @@ def contenders(collective, comm, count):
     return rows
 
 
-def measure(comm, calls, budget, min_reps, max_reps, sample_s):
-    """Time ``calls`` interleaved; (samples[reps, len(calls)] in s per call, batch sizes)."""
+def measure(comm, calls, budget, iterations, warmup, sample_s, min_reps=1):
+    """Time ``calls`` interleaved; (list of per-call seconds per sample, one array per call,
+    batch sizes).
+
+    Each call first runs ``warmup`` times untimed.  A sample is ``batch`` back-to-back calls
+    after a Barrier; a call gets samples until ``iterations`` calls are timed or, once every
+    call has ``min_reps`` samples, rank 0 has spent ``budget`` seconds.
+    """
     est = np.empty(len(calls))
     for j, call in enumerate(calls):
+        for _ in range(warmup):
+            call()
         times = []
         for _ in range(2):
             comm.Barrier()
@@ -164,99 +256,168 @@ def measure(comm, calls, budget, min_reps, max_reps, sample_s):
     # Every rank must make the same number of calls: agree on the estimates first, and let
     # rank 0's clock alone decide when the budget is spent.
     comm.Allreduce(MPI.IN_PLACE, est, op=MPI.MAX)
-    batch = np.clip(np.ceil(sample_s / np.maximum(est, 1e-7)), 1, 10000).astype(int)
-    samples = np.empty((max_reps, len(calls)))
+    batch = np.clip(np.ceil(sample_s / np.maximum(est, 1e-7)), 1, max(1, iterations)).astype(int)
+    target = np.maximum(1, -(-iterations // batch))
+    samples = np.zeros((int(target.max()), len(calls)))
+    done = np.zeros(len(calls), dtype=int)
     stop = np.zeros(1, np.int32)
     start = MPI.Wtime()
-    reps = 0
-    while reps < max_reps and not stop[0]:
-        for j in np.roll(np.arange(len(calls)), -reps):
+    rep = 0
+    while not stop[0]:
+        for j in np.roll(np.arange(len(calls)), -rep):
+            if done[j] >= target[j]:
+                continue
             call, k = calls[j], batch[j]
             comm.Barrier()
             t0 = MPI.Wtime()
             for _ in range(k):
                 call()
-            samples[reps, j] = (MPI.Wtime() - t0) / k
-        reps += 1
-        stop[0] = reps >= min_reps and MPI.Wtime() - start >= budget
+            samples[done[j], j] = (MPI.Wtime() - t0) / k
+            done[j] += 1
+        rep += 1
+        stop[0] = np.all(done >= target) or (
+            np.all(done >= np.minimum(min_reps, target)) and MPI.Wtime() - start >= budget)
         comm.Bcast(stop, root=0)
-    samples = samples[:reps]
     comm.Allreduce(MPI.IN_PLACE, samples, op=MPI.MAX)
-    return samples, batch
+    return [samples[:done[j], j] for j in range(len(calls))], batch
 
 
-def sweep(comm, collective, size_list, budget=2.0, min_reps=3, max_reps=200, sample_s=200e-6,
-          emit=None):
+def validate_and_measure(comm, calls, cases, iterations, warmup, budget, sample_s, min_reps, validate):
+    """Check every call against its case, time the correct ones interleaved; (#wrong per call
+    over all ranks, {call index: (samples, batch)}).  ``validate`` checks again after timing."""
+    wrong = np.array([case.check(call) for call, case in zip(calls, cases)], dtype=np.int64)
+    comm.Allreduce(MPI.IN_PLACE, wrong, op=MPI.SUM)
+    good = [j for j in range(len(calls)) if wrong[j] == 0]
+    timed, batch = measure(comm, [calls[j] for j in good], budget, iterations, warmup, sample_s, min_reps)
+    if validate:
+        again = np.array([cases[j].check(calls[j]) for j in good], dtype=np.int64)
+        comm.Allreduce(MPI.IN_PLACE, again, op=MPI.SUM)
+        wrong[good] = again
+    return wrong, dict(zip(good, zip(timed, batch)))
+
+
+def binding(comm):
+    """Core binding of every rank, e.g. ``0:{0,1} 1:{0,1}`` (os.sched_getaffinity per rank)."""
+    cores = comm.allgather(sorted(os.sched_getaffinity(0)))
+    return " ".join(f"{r}:{{{','.join(map(str, c))}}}" for r, c in enumerate(cores))
+
+
+def result_row(case, name, place, samples, batch, wrong, factor):
+    """One result row: times in us over samples (None when validation failed), bandwidths from
+    the p50 time and ``case.moved`` bytes per call."""
+    row = {"size": case.nbytes, "count": case.count, "type": TYPE_NAMES[case.dtype.name],
+           "algorithm": name, "place": place, "#wrong": int(wrong), "batch": int(batch),
+           "iters": int(len(samples) * batch) if samples is not None else 0}
+    if samples is None:
+        row.update({k: None for k in ("avg(us)", "min(us)", "p50(us)", "p99(us)", "max(us)",
+                                      "algbw(GB/s)", "busbw(GB/s)")})
+        return row
+    st = stats(samples)
+    algbw = case.moved / (st["median_us"] * 1e-6) / 1e9
+    row.update({"avg(us)": st["avg_us"], "min(us)": st["min_us"], "p50(us)": st["median_us"],
+                "p99(us)": st["p99_us"], "max(us)": st["max_us"], "algbw(GB/s)": algbw,
+                "busbw(GB/s)": algbw * factor})
+    return row
+
+
+def sweep(comm, collective, size_list, *, algorithms=("all",), dtype="float32", op="sum", root=0,
+          places=("out",), iterations=None, warmup=None, budget=2.0, sample_s=200e-6, min_reps=3,
+          validate=False, emit=None, progress=None):
     """Benchmark ``collective`` at ``size_list`` bytes on ``comm``; the result record.
 
-    ``emit`` receives lines of the table as sizes complete (rank 0 only prints them).
+    ``places``: "out" and/or "in" (in place).  ``emit`` receives lines of the table as sizes
+    complete, ``progress`` one line per size before it is measured (rank 0 only prints them).
+    ``validate`` checks every contender again after its timed loop.
     """
+    if collective in NO_IN_PLACE:
+        places = ("out",)
     p = comm.size
-    busbw_factor = SPEC[collective][1](p)
+    factor = SPEC[collective][1](p)
     ours = collectives.Comm(comm, check=False)
     default = collectives.Comm(comm)
     rows, skipped, summary = [], [], []
     emit = emit or (lambda line: None)
     emit("\n".join(table(COLUMNS, [])))
+    redop = op if collective in REDUCING else "none"
+    counts = counts_for(collective, size_list, p, np.dtype(dtype).itemsize)
     try:
-        for count in counts_for(collective, size_list, p):
-            case = Case(collective, count, comm)
-            named = contenders(collective, comm, count)
-            skipped += [{"size": case.nbytes, "algorithm": n, "reason": why}
+        for i, count in enumerate(counts):
+            cases = {place: Case(collective, count, comm, dtype, op, place == "in", root)
+                     for place in places}
+            nbytes = cases[places[0]].nbytes
+            if progress:
+                progress(f"{collective} np={p}: size {i + 1}/{len(counts)}, {human(nbytes)}")
+            named = contenders(collective, comm, count, algorithms, np.dtype(dtype).itemsize)
+            skipped += [{"size": nbytes, "algorithm": n, "reason": why}
                         for n, key, why in named if key is None]
-            live = [(n, key) for n, key, _ in named if key is not None]
-            calls = [functools.partial(case.call, comm) if key == "native"
-                     else functools.partial(case.call, default) if key == DEFAULT
-                     else functools.partial(case.call, ours) if key == AUTO
-                     else functools.partial(case.call, ours, algorithm=key) for _, key in live]
-            wrong = np.array([case.check(call) for call in calls], dtype=np.int64)
-            comm.Allreduce(MPI.IN_PLACE, wrong, op=MPI.SUM)
-            samples, batch = measure(comm, calls, budget, min_reps, max_reps, sample_s)
+            live = [(n, key, place) for n, key, _ in named if key is not None for place in places]
+            handle = {"native": comm, DEFAULT: default, AUTO: ours}
+            calls = [functools.partial(cases[place].call, handle[key]) if key in handle
+                     else functools.partial(cases[place].call, ours, algorithm=key)
+                     for _, key, place in live]
+            its, skip = osu_counts(nbytes, iterations, warmup)
+            wrong, samples = validate_and_measure(
+                comm, calls, [cases[place] for _, _, place in live], its, skip, budget, sample_s,
+                min_reps, validate)
             block = []
-            for j, (name, _) in enumerate(live):
-                st = stats(samples[:, j])
-                algbw = case.nbytes / (st["median_us"] * 1e-6) / 1e9
-                block.append({"size": case.nbytes, "count": count, "type": "float",
-                              "redop": "sum" if collective in REDUCING else "none",
-                              "algorithm": name, "avg(us)": st["avg_us"], "min(us)": st["min_us"],
-                              "median(us)": st["median_us"], "algbw(GB/s)": algbw,
-                              "busbw(GB/s)": algbw * busbw_factor, "#wrong": int(wrong[j]),
-                              "reps": len(samples), "batch": int(batch[j])})
-            native = block[0]
-            for row in block:
-                row["native/ours"] = native["median(us)"] / row["median(us)"]
+            for j, (name, _, place) in enumerate(live):
+                got, k = samples.get(j, (None, 1))
+                ok = wrong[j] == 0
+                block.append(result_row(cases[place], name, place, got if ok else None, k, wrong[j], factor))
+                block[-1].update(redop=redop, root=root if collective in ROOTED else -1)
+            add_ratios(block, NATIVE_LABEL)
             rows += block
             emit("\n".join(table(COLUMNS, block)[1:]))
-            by_name = {row["algorithm"]: row for row in block if row["#wrong"] == 0}
-            mine = [row for row in block[1:] if row["algorithm"] not in (DEFAULT, AUTO)
-                    and row["#wrong"] == 0]
-            if mine:
-                best = min(mine, key=lambda row: row["median(us)"])
-                summary.append({"size": case.nbytes, "best": best["algorithm"],
-                                "median(us)": best["median(us)"], "native(us)": native["median(us)"],
-                                "speedup": best["native/ours"], "busbw": best["busbw(GB/s)"],
-                                "native busbw": native["busbw(GB/s)"],
-                                "default": by_name.get(DEFAULT, {}).get("native/ours", float("nan")),
-                                "auto": by_name.get(AUTO, {}).get("native/ours", float("nan"))})
+            summary += _summary(block, places[0])
     finally:
         ours.Free()
         default.Free()
     return {"collective": collective, "np": p, "native": NATIVE_LABEL, "malloc": MALLOC,
-            "rows": rows, "skipped": skipped, "summary": summary}
+            "dtype": dtype, "op": redop, "root": root, "places": list(places),
+            "binding": binding(comm), "rows": rows, "skipped": skipped, "summary": summary}
 
 
-def header(comm, collective):
+def add_ratios(block, native_name):
+    """Set ``native/ours`` (native p50 / row p50) on every timed row of one size's ``block``."""
+    for row in block:
+        native = next(n for n in block if n["algorithm"] == native_name and n["place"] == row["place"])
+        if row["p50(us)"] is not None and native["p50(us)"] is not None:
+            row["native/ours"] = native["p50(us)"] / row["p50(us)"]
+
+
+def _summary(block, place):
+    """The best correct named algorithm of one size beside native, default and auto; [] if none."""
+    block = [row for row in block if row["place"] == place]
+    native = block[0]
+    by_name = {row["algorithm"]: row for row in block if row["p50(us)"] is not None}
+    mine = [row for row in block[1:] if row["algorithm"] not in (DEFAULT, AUTO) and row["p50(us)"] is not None]
+    if not mine or native["p50(us)"] is None:
+        return []
+    best = min(mine, key=lambda row: row["p50(us)"])
+    return [{"size": native["size"], "best": best["algorithm"], "p50(us)": best["p50(us)"],
+             "native(us)": native["p50(us)"], "speedup": best["native/ours"],
+             "busbw": best["busbw(GB/s)"], "native busbw": native["busbw(GB/s)"],
+             "default": by_name.get(DEFAULT, {}).get("native/ours", float("nan")),
+             "auto": by_name.get(AUTO, {}).get("native/ours", float("nan"))}]
+
+
+def header(comm, collective, dtype="float32", bound=None):
     """Comment lines saying what was measured, how, and under which settings."""
     p = comm.size
+    hosts = " ".join(sorted(set(comm.allgather(MPI.Get_processor_name()))))
+    bound = bound or binding(comm)
+    if comm.rank:
+        return []
     env = environment()
     cores = env["cores"]
     device = os.environ.get("MPIR_CVAR_DEVICE_COLLECTIVES")
-    method = SPEC[collective][0]
-    factor = {"allreduce": "2(p-1)/p", "allgather": "(p-1)/p", "reduce_scatter": "(p-1)/p"}
+    method = SPEC[collective][0] if collective in SPEC else "Send/Recv"
+    factor = {"allreduce": "2(p-1)/p", "bcast": "1", "reduce": "1", "barrier": "0"}
     return [
-        f"# collectives benchmark: {collective}, float32, np={p} on {cores} cores, {env['date_utc']}",
+        f"# collectives benchmark: {collective}, {dtype}, np={p} on {cores} cores, {env['date_utc']}",
         f"# {env['mpi_library']}; mpi4py {env['mpi4py']}, thread level "
-        f"{THREAD_LEVELS.get(MPI.Query_thread(), '?')}; numpy {env['numpy']}",
+        f"{THREAD_LEVELS.get(MPI.Query_thread(), '?')}; numpy {env['numpy']}; git {env['git']}",
+        f"# hosts: {hosts}; core binding (rank:cores): {bound}",
         f"# ours ({'Cython engine' if NATIVE else 'NumPy/mpi4py fallback executor'}): `default` is "
         "collectives.Comm(comm) with no options, as users get it",
         "#   (cross-rank argument check on); `auto` and the named algorithms run on Comm(comm, check=False)",
@@ -270,22 +431,13 @@ def header(comm, collective):
         "#   as make test does: MPICH's shared-memory collectives spin on flags and collapse when ranks share",
         "#   a core (below MPI_THREAD_MULTIPLE; at multiple we measured no difference).  Ours is point-to-point.",
         "# time: a sample is `batch` calls back to back after a Barrier, divided by batch, slowest rank;",
-        "#   avg/min/median over `reps` samples; contenders interleaved per repetition, order rotated",
-        "# native/ours = native median / ours median: > 1.00 means ours is faster",
-        f"# algbw = size / median time; busbw = algbw x {factor.get(collective, '1')} (nccl-tests)",
-        "# #wrong: elements differing from the exact result, over all ranks (native checked too)",
+        "#   min/p50/p99/max over samples; iters = calls timed (OSU's counts unless -i, cut short by the",
+        "#   time budget per size); contenders interleaved per repetition, order rotated",
+        "# native/ours = native p50 / ours p50: > 1.00 means ours is faster",
+        f"# algbw = size / p50 time; busbw = algbw x {factor.get(collective, '(p-1)/p')} (nccl-tests)",
+        "# #wrong: elements differing from the exact result, over all ranks (native checked too);",
+        "#   a row with #wrong > 0 is not timed and has no speed",
     ]
-
-
-def osu(rows):
-    """OSU-style blocks, one per contender: # Size, Avg, Min and Median latency (us)."""
-    lines = []
-    for name in dict.fromkeys(row["algorithm"] for row in rows):
-        lines += [f"# OSU-style: {name}",
-                  f"# {'Size':<10}{'Avg Latency(us)':>18}{'Min Latency(us)':>18}{'Median Latency(us)':>20}"]
-        lines += [f"{row['size']:<12}{row['avg(us)']:>18.2f}{row['min(us)']:>18.2f}{row['median(us)']:>20.2f}"
-                  for row in rows if row["algorithm"] == name]
-    return lines
 
 
 def summarize(collective, suffix, directory=RESULTS):
@@ -321,62 +473,11 @@ def summarize(collective, suffix, directory=RESULTS):
     return lines
 
 
-def _bytes(text):
-    """Parse 8, 64K, 64Ki, 64M, 64MiB as bytes (binary units)."""
-    text = text.strip().upper().removesuffix("B").removesuffix("I")
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-    return int(text.rstrip("KMG")) * scale
-
-
 def main(argv=None):
-    """Command line: parse options, run the sweeps, print tables, write JSON."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--collective", nargs="+", default=["allreduce"],
-                        choices=list(SPEC) + ["all"], help="collectives to sweep (default allreduce)")
-    parser.add_argument("--min-bytes", type=_bytes, default=8)
-    parser.add_argument("--max-bytes", type=_bytes, default=64 << 20)
-    parser.add_argument("--factor", type=int, default=4, help="ratio of consecutive sizes")
-    parser.add_argument("--budget", type=float, default=2.0,
-                        help="seconds of timed repetitions per size (at least 3 are made)")
-    parser.add_argument("--quick", action="store_true", help="smoke run: 8 B .. 64 KiB, tiny budget")
-    parser.add_argument("--osu", action="store_true", help="also print OSU-style blocks per contender")
-    parser.add_argument("--no-json", action="store_true", help="do not write bench/results/*.json")
-    parser.add_argument("--summary", action="store_true",
-                        help="no measuring: combine the JSON results of earlier launches")
-    args = parser.parse_args(argv)
-    chosen = list(SPEC) if "all" in args.collective else args.collective
-    suffix = "_quick" if args.quick else ""
-    if args.summary:
-        for collective in chosen:
-            print("\n".join(summarize(collective, suffix)))
-        return
-    if args.quick:
-        args.max_bytes, args.factor, args.budget = min(args.max_bytes, 64 << 10), 64, 0.05
-    comm = MPI.COMM_WORLD
-    emit = functools.partial(print, flush=True) if comm.rank == 0 else None
-    for collective in chosen:
-        if emit:
-            emit("\n".join(header(comm, collective)))
-        result = sweep(comm, collective, sizes(args.min_bytes, args.max_bytes, args.factor),
-                       budget=args.budget, min_reps=2 if args.quick else 3,
-                       max_reps=20 if args.quick else 200, sample_s=50e-6 if args.quick else 200e-6,
-                       emit=emit)
-        if comm.rank:
-            continue
-        for s in result["skipped"]:
-            emit(f"# not measured: {s['algorithm']} at {s['size']} B: {s['reason']}")
-        emit(f"# summary, {collective} np={comm.size}: best correct named algorithm per size; "
-             f"speedup = {NATIVE_LABEL} median / best median; default, auto: {NATIVE_LABEL} / their median")
-        emit("\n".join(table(SUMMARY, result["summary"])))
-        if args.osu:
-            emit("\n".join(osu(result["rows"])))
-        if not args.no_json:
-            result.update(quick=args.quick, check=False, engine="cython" if NATIVE else "python",
-                          env=environment(), header=header(comm, collective))
-            path = write_json(f"{collective}_np{comm.size}_{MALLOC}{suffix}.json", result)
-            emit(f"# wrote {os.path.relpath(path)}")
-        emit("")
+    """``python -m bench.collectives``: the same command line as ``collectives-bench``."""
+    from bench.cli import main as cli
+    return cli(argv)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -6,9 +6,11 @@ Benchmarks run as modules (``python -m bench.collectives``) or as scripts; a scr
 the ``collectives`` package: that file hands such an importer the package instead.
 """
 import datetime
+import functools
 import json
 import os
 import platform
+import subprocess
 import sys
 
 import numpy as np
@@ -41,9 +43,10 @@ def human(nbytes):
 
 
 def stats(seconds):
-    """Average, minimum and median of ``seconds``, in microseconds."""
+    """Average, minimum, median, 99th percentile and maximum of ``seconds``, in microseconds."""
     us = np.asarray(seconds, dtype=float) * 1e6
-    return {"avg_us": float(us.mean()), "min_us": float(us.min()), "median_us": float(np.median(us))}
+    return {"avg_us": float(us.mean()), "min_us": float(us.min()), "median_us": float(np.median(us)),
+            "p99_us": float(np.percentile(us, 99)), "max_us": float(us.max())}
 
 
 def table(columns, rows):
@@ -76,8 +79,25 @@ def environment():
         "numpy": np.__version__,
         "mpi4py": mpi4py.__version__,
         "mpi_library": " ".join(MPI.Get_library_version().split("\n")[0].split()),
+        "git": git_revision(),
         "env": {k: os.environ.get(k) for k in ENV_KEYS},
     }
+
+
+@functools.lru_cache(maxsize=None)
+def git_revision():
+    """``git describe``-like revision of the source tree this code runs from, or the package version."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        rev = subprocess.run(["git", "-C", here, "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                             text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return rev + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        import collectives
+
+        return f"collectives {collectives.__version__} (no git checkout)"
 
 
 def write_json(name, data, directory=RESULTS):

@@ -1,6 +1,7 @@
-"""``python -m collectives <command>``: ``train`` runs the distributed training job.
+"""``python -m collectives <command>``: ``train`` runs the distributed training job, ``bench`` the
+benchmark (the ``collectives-bench`` command).
 
-Errors are one line on stderr from rank 0, ``collectives train: error: ...``, and every rank
+Training errors are one line on stderr from rank 0, ``collectives train: error: ...``, and every rank
 exits with status 2 for a usage error, 1 for a data error (collectives.train.errors).  A
 traceback comes too with ``--debug`` or COLLECTIVES_DEBUG=1.  Any other exception is a bug:
 its rank prints that line, then its rank, host and traceback, and aborts the whole launch
@@ -10,7 +11,7 @@ import os
 import sys
 import traceback
 
-COMMANDS = ("train",)
+COMMANDS = ("train", "bench")
 
 
 def _debug(argv):
@@ -31,15 +32,18 @@ def main(argv=None):
     world = MPI.COMM_WORLD
     if not argv or argv[0] not in COMMANDS:
         if world.Get_rank() == 0:
-            print(f"usage: python -m collectives {{{','.join(COMMANDS)}}} [options]   (train --help for the options)",
-                  file=sys.stderr)
+            print(f"usage: python -m collectives {{{','.join(COMMANDS)}}} [options]   "
+                  "(train --help, bench --help for the options)", file=sys.stderr)
         return 2
-    prog = f"collectives {argv[0]}"
-    debug = _debug(argv)
     from . import abort
-    from .train.errors import DataError, UsageError
 
     abort.install()
+    if argv[0] == "bench":
+        from bench.cli import main as bench
+        return bench(argv[1:])
+    prog = f"collectives {argv[0]}"
+    debug = _debug(argv)
+    from .train.errors import DataError, UsageError
 
     try:
         from .train.job import main as train

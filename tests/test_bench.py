@@ -1,33 +1,167 @@
-"""Smoke test of the benchmark script (bench/collectives.py): it runs, lists every contender, checks results."""
+"""The benchmark (bench/): every collective and point-to-point test runs and checks results, and
+its OSU and nccl-tests output reads the way those tools' users parse theirs."""
+import argparse
+
 import numpy as np
 import pytest
 
 import collectives
+from bench import cli, p2p, report
 from bench import collectives as bench
 from bench.common import sizes
+
+QUICK = dict(budget=0.0, min_reps=1, sample_s=0.0, iterations=1, warmup=0)
 
 
 @pytest.mark.parametrize("collective", list(bench.SPEC))
 def test_sweep(mpi_comm, collective):
     # 8 B: fewer elements than ranks for the all-reduce, one per rank where the data splits.
-    result = bench.sweep(mpi_comm, collective, [8], budget=0.0, min_reps=1, max_reps=1, sample_s=0.0)
+    result = bench.sweep(mpi_comm, collective, [8], places=("out", "in"), validate=True, **QUICK)
     counts = bench.counts_for(collective, [8], mpi_comm.size)
-    want = [bench.NATIVE_LABEL, bench.DEFAULT, bench.AUTO] + collectives.names(collective)
+    ours = [bench.DEFAULT, bench.AUTO] + collectives.names(collective) if collective in collectives.ALGORITHMS else []
+    want = [bench.NATIVE_LABEL] + ours
+    places = ["out"] if collective in bench.NO_IN_PLACE else ["out", "in"]
     skipped = {(s["size"], s["algorithm"]) for s in result["skipped"]}
     for count in counts:
-        got = [row["algorithm"] for row in result["rows"] if row["size"] == count * 4]
-        assert got == [n for n in want if (count * 4, n) not in skipped], f"{collective} {count}"
-    assert all(row["#wrong"] == 0 for row in result["rows"]), result["rows"]
-    assert [s["size"] for s in result["summary"]] == [c * 4 for c in counts]
-    # The best named algorithm is never the default or auto row, which are reported beside it.
-    assert all(s["best"] in collectives.names(collective) for s in result["summary"])
-    assert all(s["default"] > 0 and s["auto"] > 0 for s in result["summary"])
+        size = count * 4 if collective != "barrier" else 0
+        got = [(row["algorithm"], row["place"]) for row in result["rows"] if row["size"] == size]
+        assert got == [(n, p) for n in want if (size, n) not in skipped for p in places], f"{collective} {count}"
+    assert all(row["#wrong"] == 0 and row["p50(us)"] > 0 for row in result["rows"]), result["rows"]
+    assert all(row["min(us)"] <= row["p50(us)"] <= row["p99(us)"] <= row["max(us)"] for row in result["rows"])
+    if ours:
+        # The best named algorithm is never the default or auto row, which are reported beside it.
+        assert [s["size"] for s in result["summary"]] == [c * 4 if collective != "barrier" else 0 for c in counts]
+        assert all(s["best"] in collectives.names(collective) for s in result["summary"])
+        assert all(s["default"] > 0 and s["auto"] > 0 for s in result["summary"])
 
 
-def test_check_catches_wrong_results(mpi_comm):
-    case = bench.Case("allreduce", 100, mpi_comm)
-    assert case.check(lambda: None) == 100
-    assert case.check(lambda: case.out.__setitem__(slice(None), case.want)) == 0
+@pytest.mark.parametrize("dtype,op", [("float64", "sum"), ("int32", "max"), ("int64", "min")])
+@pytest.mark.parametrize("collective", ["allreduce", "reduce_scatter", "reduce"])
+def test_dtypes_ops_root(mpi_comm, collective, dtype, op):
+    root = mpi_comm.size - 1
+    result = bench.sweep(mpi_comm, collective, [1000], algorithms=["auto"], dtype=dtype, op=op, root=root,
+                         places=("out", "in"), **QUICK)
+    assert {row["algorithm"] for row in result["rows"]} == {bench.NATIVE_LABEL, bench.DEFAULT, bench.AUTO}
+    assert all(row["#wrong"] == 0 for row in result["rows"])
+    assert {row["type"] for row in result["rows"]} == {bench.DTYPES[dtype]}
+    assert {row["root"] for row in result["rows"]} == {root if collective == "reduce" else -1}
+
+
+@pytest.mark.parametrize("collective", [c for c in bench.SPEC if c != "barrier"])
+def test_check_catches_wrong_results(mpi_comm, collective):
+    case = bench.Case(collective, 4 * mpi_comm.size, mpi_comm, "int32")
+    if case.want is not None and case.prefill is None:  # a rank that receives nothing, or holds
+        # the result already (the root of a broadcast), has nothing to check
+        assert case.check(lambda: None) == case.want.size
+        assert case.check(lambda: case.out.__setitem__(slice(0, case.want.size), case.want)) == 0
+    # The exact reference is independent of ours: native MPI agrees with it.
+    assert case.check(lambda: case.call(mpi_comm)) == 0
+
+
+def test_failed_row_is_never_timed(mpi_comm, monkeypatch):
+    # A contender that computes nothing: its row must carry the wrong count and no time.
+    monkeypatch.setattr(bench.Case, "check", lambda self, call: 3 if getattr(call, "args", ()) == (mpi_comm,) else 0)
+    result = bench.sweep(mpi_comm, "allreduce", [64], algorithms=["auto"], **QUICK)
+    native = [row for row in result["rows"] if row["algorithm"] == bench.NATIVE_LABEL]
+    assert [row["#wrong"] for row in native] == [3 * mpi_comm.size]
+    assert native[0]["p50(us)"] is None and native[0]["busbw(GB/s)"] is None and native[0]["iters"] == 0
+    assert result["summary"] == []
+    text = report.nccl(result) + report.osu(result)
+    assert any(line.startswith("# FAILED validation: size 64") for line in text)
+    assert not any(line.split()[:1] == ["64"] and "N/A" not in line for line in report.nccl(result)[:8])
+
+
+def test_iterations_and_warmup(mpi_comm):
+    calls = 0
+
+    def call():
+        nonlocal calls
+        calls += 1
+
+    samples, batch = bench.measure(mpi_comm, [call], budget=60.0, iterations=7, warmup=3, sample_s=0.0)
+    assert batch[0] == 1 and len(samples[0]) == 7
+    assert calls == 3 + 2 + 7  # warm-up, the two estimating calls, the timed ones
+    assert bench.osu_counts(8) == (1000, 200) and bench.osu_counts(8192) == (100, 10)
+    assert bench.osu_counts(8, 5, 0) == (5, 0)
+    assert bench.osu_counts(8, defaults=p2p.OSU_P2P["latency"]) == (10000, 100)
+
+
+@pytest.mark.parametrize("test", p2p.TESTS)
+def test_p2p(mpi_comm, test):
+    if mpi_comm.size < 2:
+        with pytest.raises(ValueError, match="at least 2 ranks"):
+            p2p.sweep(mpi_comm, test, [8], **QUICK)
+        return
+    result = p2p.sweep(mpi_comm, test, [1, 4096], validate=True, **QUICK)
+    assert [(row["size"], row["algorithm"]) for row in result["rows"]] == [
+        (s, n) for s in (1, 4096) for n in (p2p.NATIVE, p2p.OURS)]
+    assert all(row["#wrong"] == 0 and row["p50(us)"] > 0 for row in result["rows"])
+    assert all((row["MB/s"] is None) == (test == "latency") for row in result["rows"])
+    ours = collectives.Comm(mpi_comm, check=False)
+    try:
+        case = p2p.P2PCase(test, 100, mpi_comm, ours)
+        # Nothing sent: every receiving rank counts every byte wrong.
+        wrong = mpi_comm.allreduce(case.check(lambda: None))
+        receivers = 1 if test == "bw" else 2
+        assert wrong == receivers * 100
+    finally:
+        ours.Free()
+
+
+def _parse_osu(lines):
+    """Parse OSU output the way its users' scripts do: skip '#' lines, split on whitespace."""
+    return [line.split() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def test_osu_and_nccl_formats(mpi_comm):
+    result = bench.sweep(mpi_comm, "allreduce", [8, 1024], algorithms=["auto"], places=("out", "in"), **QUICK)
+    osu = report.osu(result)
+    blocks = [i for i, line in enumerate(osu) if line.startswith("# OSU MPI Allreduce Latency Test")]
+    assert len(blocks) == 6  # native, default, auto, out of place and in place
+    assert osu[blocks[0] + 2].split()[1:6] == ["Size", "Avg", "Latency(us)", "Min", "Latency(us)"]
+    for row in _parse_osu(osu):
+        size, avg, lo, hi, iters = int(row[0]), float(row[1]), float(row[2]), float(row[3]), int(row[4])
+        assert size in (8, 1024) and 0 <= lo <= avg <= hi and iters >= 1
+    nccl = report.nccl(result)
+    data = [line.split() for line in nccl if line.strip() and not line.startswith("#")]
+    assert len(data) == 6
+    for row in data:
+        # size count type redop root | time algbw busbw #wrong | time algbw busbw #wrong
+        assert len(row) == 13 and row[2] == "float" and row[3] == "sum" and row[4] == "-1"
+        assert float(row[5]) > 0 and int(row[8]) == 0 and float(row[9]) > 0 and int(row[12]) == 0
+    avg = [line for line in nccl if line.startswith("# Avg bus bandwidth")]
+    assert len(avg) == 3 and all(float(line.split(":")[1]) >= 0 for line in avg)
+    csv = report.csv_text([dict(result, hosts="h")], {"mpi_library": "MPI x", "date_utc": "d", "git": "g"})
+    head, *rows = csv.splitlines()
+    assert head.split(",")[:3] == ["collective", "np", "size"] and len(rows) == len(result["rows"])
+
+
+def test_command_line_sizes():
+    assert cli.parse_bytes("64M") == 64 << 20 and cli.parse_bytes("8") == 8 and cli.parse_bytes("4KiB") == 4096
+    assert cli.parse_range("8:64M") == (8, 64 << 20) and cli.parse_range("1K") == (None, 1024)
+    with pytest.raises(argparse.ArgumentTypeError, match="not a size"):
+        cli.parse_bytes("lots")
+    ap = cli.parser()
+    assert cli.size_range(ap.parse_args(["-m", "16:1K"])) == (16, 1024, 2)
+    assert cli.size_range(ap.parse_args(["-b", "8", "-e", "128M", "-f", "4"])) == (8, 128 << 20, 4)
+    args = ap.parse_args(["bcast", "-n", "10", "-w", "2", "-d", "float64", "-o", "max", "-a", "auto", "native"])
+    assert (args.iterations, args.warmup, args.datatype, args.op, args.algorithm) == (10, 2, "float64", "max",
+                                                                                       ["auto", "native"])
+    with pytest.raises(SystemExit):
+        cli.size_range(ap.parse_args(["-m", "8:64", "-b", "8"]))
+    assert cli.tests_of(["p2p", "allreduce"], ap) == ["latency", "bw", "bibw", "allreduce"]
+    assert cli.known_algorithm("ring", ["bcast", "allreduce"]) and cli.known_algorithm("auto", ["bcast"])
+    assert not cli.known_algorithm("ring", ["bcast"]) and not cli.known_algorithm("rnig", ["allreduce"])
+    with pytest.raises(SystemExit):
+        cli.main(["allreduce", "-a", "rnig"])
+
+
+@pytest.mark.parametrize("names", [["ring"], ["allreduce_ring", "binomial"]])
+def test_named_algorithms(mpi_comm, names):
+    got = [n for n, key, _ in bench.contenders("allreduce", mpi_comm, 100, names)]
+    want = [f"allreduce_{n.removeprefix('allreduce_')}" for n in names]
+    assert got == [bench.NATIVE_LABEL, bench.DEFAULT, bench.AUTO] + [n for n in collectives.names("allreduce")
+                                                                    if n in want]
 
 
 def test_sizes():

@@ -1,0 +1,1 @@
+"""Benchmarks of collectives beside native MPI; ``collectives-bench`` is ``bench.cli:main``."""

@@ -1,0 +1,213 @@
+"""``collectives-bench``: collectives and point-to-point beside native MPI, in OSU's and nccl-tests' terms.
+
+    mpiexec -n 4 collectives-bench allreduce bcast -m 8:64M -i 1000 -x 200 --format osu
+    mpiexec -n 2 collectives-bench latency bw bibw -b 1 -e 4M -f 2
+    collectives-bench --launches 5 -np 2 allreduce --quick    # median and spread over 5 launches
+    collectives-bench --mpich-algorithms -np 2 allreduce       # best of ours against best of MPICH
+    collectives-bench plot bench/results/*.json                # PNG per collective and rank count
+    collectives-bench --summary                                 # combine earlier JSON results
+
+Sizes: ``-m MIN:MAX`` (OSU) or ``-b MIN -e MAX -f FACTOR`` (nccl-tests), units K, M, G (binary).
+Iterations: ``-i/-n`` timed calls and ``-x/-w`` warm-up calls per contender and size; by default
+OSU's: 1000 after 200 warm-up below 8 KiB and 100 after 10 from 8 KiB for collectives, 10000 /
+1000 (warm-up 100 / 10) for latency, 100 / 20 windows of 64 messages (warm-up 10 / 2) for bw and
+bibw.  ``--budget`` seconds per size may end the timed loop earlier; the rows say how many ran.
+"""
+import argparse
+import json
+import os
+import sys
+
+COLLECTIVE_TESTS = ("allreduce", "bcast", "reduce", "allgather", "reduce_scatter", "alltoall", "gather",
+                    "scatter", "barrier")
+P2P_TESTS = ("latency", "bw", "bibw")
+
+
+def parse_bytes(text):
+    """Parse 8, 64K, 64Ki, 64KB, 64M, 64MiB as bytes (binary units)."""
+    word = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(word[-1:], 1)
+    try:
+        value = int(word.rstrip("KMG")) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size in bytes: {text!r} (e.g. 8, 64K, 16M)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"negative size: {text!r}")
+    return value
+
+
+def parse_range(text):
+    """OSU's ``-m``: ``MIN:MAX`` or ``MAX`` alone, as (min, max) bytes."""
+    lo, _, hi = text.rpartition(":")
+    lo, hi = parse_bytes(lo) if lo else None, parse_bytes(hi)
+    if lo is not None and lo > hi:
+        raise argparse.ArgumentTypeError(f"-m {text}: minimum above maximum")
+    return lo, hi
+
+
+def parser():
+    """The argument parser of the measuring command."""
+    ap = argparse.ArgumentParser(prog="collectives-bench", description=__doc__.split("\n\n")[0],
+                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("tests", nargs="*", metavar="TEST", default=["allreduce"],
+                    help=f"one or more of {', '.join(COLLECTIVE_TESTS + P2P_TESTS)}, all, p2p (default allreduce)")
+    ap.add_argument("--collective", dest="tests_opt", nargs="+", help=argparse.SUPPRESS)
+    size = ap.add_argument_group("sizes")
+    size.add_argument("-m", "--message-size", type=parse_range, metavar="[MIN:]MAX", help="OSU style size range")
+    size.add_argument("-b", "--minbytes", type=parse_bytes, help="nccl-tests: smallest size (default 8)")
+    size.add_argument("-e", "--maxbytes", type=parse_bytes, help="nccl-tests: largest size (default 64M)")
+    size.add_argument("-f", "--stepfactor", type=int, default=2, help="ratio of consecutive sizes (default 2)")
+    run = ap.add_argument_group("measuring")
+    run.add_argument("-i", "-n", "--iterations", type=int, help="timed calls per size (default: OSU's)")
+    run.add_argument("-x", "-w", "--warmup", type=int, help="untimed warm-up calls per size (default: OSU's)")
+    run.add_argument("--budget", type=float, default=2.0, help="seconds of timed calls per size at most (default 2)")
+    run.add_argument("-a", "--algorithm", nargs="+", default=["all"],
+                     help="all (default), auto, native or algorithm names; native, default and auto always run")
+    run.add_argument("-d", "--datatype", default="float32", choices=["float32", "float64", "int32", "int64"])
+    run.add_argument("-o", "--op", default="sum", choices=["sum", "max", "min"])
+    run.add_argument("-r", "--root", type=int, default=0, help="root of bcast, reduce, gather, scatter")
+    run.add_argument("--in-place", action="store_true", help="also measure in place (nccl-tests' second half)")
+    run.add_argument("-c", "--validate", action="store_true",
+                     help="check results again after the timed loop (they are always checked before it)")
+    run.add_argument("--quick", action="store_true", help="smoke run: 8 B .. 64 KiB, factor 64, tiny budget")
+    out = ap.add_argument_group("output")
+    out.add_argument("--format", default="auto", choices=["auto", "nccl", "osu", "table"],
+                     help="auto: nccl-tests for collectives, OSU for point-to-point")
+    out.add_argument("--json", metavar="PATH", help="write the results as JSON here")
+    out.add_argument("--csv", metavar="PATH", help="write the results as CSV here")
+    out.add_argument("--results", metavar="DIR", help="directory of the default JSON files (default bench/results)")
+    out.add_argument("--no-json", action="store_true", help="do not write the default JSON files")
+    out.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    modes = ap.add_argument_group("modes that launch jobs themselves (run without mpiexec)")
+    modes.add_argument("--launches", type=int, metavar="N", help="run N launches; median and spread of each ratio")
+    modes.add_argument("--mpich-algorithms", action="store_true",
+                       help="one launch per MPICH algorithm choice; best of ours against best of MPICH")
+    modes.add_argument("-np", type=int, default=2, help="ranks per launch in those modes (default 2)")
+    modes.add_argument("--summary", action="store_true", help="no measuring: combine earlier JSON results")
+    return ap
+
+
+def tests_of(names, ap):
+    """Expand ``all`` and ``p2p``; error on unknown test names."""
+    out = []
+    for name in names:
+        group = {"all": COLLECTIVE_TESTS, "p2p": P2P_TESTS}.get(name, (name,))
+        for test in group:
+            if test not in COLLECTIVE_TESTS + P2P_TESTS:
+                ap.error(f"unknown test {test!r}; choose from {', '.join(COLLECTIVE_TESTS + P2P_TESTS)}, all, p2p")
+            out.append(test)
+    return list(dict.fromkeys(out))
+
+
+def known_algorithm(name, tests):
+    """Whether ``name`` is all/auto/native/default or an algorithm of one of ``tests``."""
+    from collectives.registry import ALGORITHMS
+
+    return name in ("all", "auto", "native", "default") or any(
+        algo.name in (name, f"{test}_{name}") for test in tests for algo in ALGORITHMS.get(test, ()))
+
+
+def size_range(args):
+    """(min, max, factor) bytes from -m or -b/-e/-f, and --quick."""
+    if args.message_size and (args.minbytes is not None or args.maxbytes is not None):
+        raise SystemExit("collectives-bench: give -m or -b/-e, not both")
+    lo, hi = args.message_size or (args.minbytes, args.maxbytes)
+    lo = 8 if lo is None else lo
+    hi = (64 << 10 if args.quick else 64 << 20) if hi is None else hi
+    if lo > hi:
+        raise SystemExit(f"collectives-bench: minimum size {lo} above maximum {hi}")
+    if args.stepfactor < 2:
+        raise SystemExit("collectives-bench: -f must be at least 2")
+    return lo, hi, 64 if args.quick else args.stepfactor
+
+
+def main(argv=None):
+    """Command line entry point; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["plot"]:
+        from bench.plot import main as plot
+        return plot(argv[1:])
+    ap = parser()
+    args = ap.parse_args(argv)
+    args.tests = tests_of(args.tests_opt or args.tests, ap)
+    unknown = [a for a in args.algorithm if not known_algorithm(a, args.tests)]
+    if unknown:
+        ap.error(f"-a: {', '.join(unknown)} names no algorithm of {', '.join(args.tests)}; "
+                 "give all, auto, native or names from collectives.names(<collective>)")
+    if args.summary:
+        from bench.collectives import summarize
+        for test in args.tests:
+            print("\n".join(summarize(test, "_quick" if args.quick else "")))
+        return 0
+    if args.launches or args.mpich_algorithms:
+        from bench.launches import main as launches
+        return launches(args, argv)
+    return measure(args)
+
+
+def _progress(line):
+    print(f"[collectives-bench] {line}", file=sys.stderr, flush=True)
+
+
+def measure(args):
+    """Run the sweeps in this MPI launch and print / write the results (rank 0)."""
+    from mpi4py import MPI
+
+    from bench import collectives as bench, p2p, report
+    from bench.common import RESULTS, environment, sizes, table, write_json
+
+    comm = MPI.COMM_WORLD
+    lo, hi, factor = size_range(args)
+    size_list = sizes(lo, hi, factor)
+    if not 0 <= args.root < comm.size:
+        raise SystemExit(f"collectives-bench: root {args.root} out of range for {comm.size} ranks")
+    rank0 = comm.rank == 0
+    budget, sample_s, min_reps = (0.05, 50e-6, 2) if args.quick else (args.budget, 200e-6, 3)
+    options = dict(iterations=args.iterations, warmup=args.warmup, budget=budget, sample_s=sample_s,
+                   min_reps=min_reps, validate=args.validate,
+                   progress=_progress if rank0 and not args.quiet else None)
+    hosts = " ".join(sorted(set(comm.allgather(MPI.Get_processor_name()))))
+    results = []
+    for test in args.tests:
+        head = bench.header(comm, test, args.datatype if test in COLLECTIVE_TESTS else "uint8")
+        if test in P2P_TESTS:
+            result = p2p.sweep(comm, test, size_list, **options)
+        else:
+            result = bench.sweep(comm, test, size_list, algorithms=args.algorithm, dtype=args.datatype, op=args.op,
+                                 root=args.root, places=("out", "in") if args.in_place else ("out",), **options)
+        result["hosts"] = hosts
+        results.append(result)
+        if not rank0:
+            continue
+        fmt = args.format if args.format != "auto" else ("osu" if test in P2P_TESTS else "nccl")
+        lines = head + ({"osu": report.osu, "nccl": report.nccl}[fmt](result) if fmt != "table"
+                        else table(bench.COLUMNS, result["rows"]))
+        for s in result["skipped"]:
+            lines.append(f"# not measured: {s['algorithm']} at {s['size']} B: {s['reason']}")
+        if result["summary"]:
+            lines.append(f"# summary, {test} np={comm.size}: best correct named algorithm per size; speedup = "
+                         f"{result['native']} p50 / best p50; default, auto: {result['native']} p50 / theirs")
+            lines += ["# " + line.lstrip("#") for line in table(bench.SUMMARY, result["summary"])]
+        print("\n".join(lines), flush=True)
+        result.update(quick=args.quick, check=False, engine="cython" if bench.NATIVE else "python",
+                      env=environment(), header=head)
+        if not args.no_json:
+            suffix = "_quick" if args.quick else ""
+            path = write_json(f"{test}_np{comm.size}_{result['malloc']}{suffix}.json", result,
+                              args.results or RESULTS)
+            print(f"# wrote {path}", flush=True)
+    if rank0:
+        env = environment()
+        if args.json:
+            os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+            with open(args.json, "w") as f:
+                json.dump({"env": env, "results": results}, f, indent=1)
+        if args.csv:
+            with open(args.csv, "w") as f:
+                f.write(report.csv_text(results, env))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

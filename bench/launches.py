@@ -1,0 +1,189 @@
+"""Modes of ``collectives-bench`` that launch MPI jobs themselves (run them without mpiexec).
+
+* ``--launches N``: the same sweep in N separate launches; per size and contender, the median
+  and the spread (min, max) of native p50 / ours p50 over the launches.  Each ratio is taken
+  within one launch, where native and ours ran interleaved.
+* ``--mpich-algorithms``: one launch per MPICH algorithm choice of the collective
+  (``MPIR_CVAR_<COLL>_INTRA_ALGORITHM``, with MPIR_CVAR_DEVICE_COLLECTIVES=none so the choice
+  is what runs, and MPIR_CVAR_COLLECTIVE_FALLBACK=error so a choice that does not apply fails
+  instead of silently measuring another), plus MPICH's own default (``auto``); per size, the
+  best of MPICH against the best of ours.
+"""
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from bench.common import RESULTS, write_json
+
+# MPICH 5.0.2's choices, from `mpivars` (MPIR_CVAR_<COLL>_INTRA_ALGORITHM); the CVAR per collective.
+MPICH_ALGORITHMS = {
+    "allreduce": ("ALLREDUCE", ["nb", "smp", "recursive_doubling", "recursive_multiplying",
+                                "reduce_scatter_allgather", "tree", "recexch", "ring", "k_reduce_scatter_allgather"]),
+    "bcast": ("BCAST", ["binomial", "nb", "smp", "scatter_recursive_doubling_allgather", "scatter_ring_allgather",
+                        "pipelined_tree", "tree"]),
+    "reduce": ("REDUCE", ["binomial", "nb", "smp", "reduce_scatter_gather"]),
+    "allgather": ("ALLGATHER", ["brucks", "k_brucks", "nb", "recursive_doubling", "ring", "recexch_doubling",
+                                "recexch_halving"]),
+    "reduce_scatter": ("REDUCE_SCATTER_BLOCK", ["noncommutative", "recursive_doubling", "pairwise",
+                                                "recursive_halving", "nb"]),
+    "alltoall": ("ALLTOALL", ["brucks", "k_brucks", "nb", "pairwise", "pairwise_sendrecv_replace", "scattered"]),
+    "gather": ("GATHER", ["binomial", "nb"]),
+    "scatter": ("SCATTER", ["binomial", "nb"]),
+    "barrier": ("BARRIER", ["nb", "smp", "k_dissemination", "recexch"]),
+}
+# Set by the launcher of a job; a job started from inside one must not inherit them.
+_LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "HYDRA_", "OMPI_", "PRTE_")
+_PARENT_ONLY = {"--launches": 1, "-np": 1, "--mpich-algorithms": 0, "--json": 1, "--csv": 1, "--results": 1}
+
+
+def child_argv(argv):
+    """``argv`` without the options only this launching process uses."""
+    out, skip = [], 0
+    for word in argv:
+        if skip:
+            skip -= 1
+            continue
+        key = word.split("=", 1)[0]
+        if key in _PARENT_ONLY:
+            skip = _PARENT_ONLY[key] if "=" not in word else 0
+            continue
+        out.append(word)
+    return out
+
+
+def mpiexec():
+    """The mpiexec of this environment: MPIEXEC, beside the interpreter (the mpich wheel), or on PATH."""
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    found = os.environ.get("MPIEXEC") or (here if os.path.exists(here) else shutil.which("mpiexec"))
+    if not found:
+        raise SystemExit("collectives-bench: no mpiexec (set MPIEXEC)")
+    return found
+
+
+def launch(np_, argv, env=None, timeout=3600):
+    """Run the benchmark once on ``np_`` ranks; (results list, None) or (None, error text)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_PREFIXES)}
+    clean.update(env or {})
+    with tempfile.TemporaryDirectory(prefix="collectives-bench-") as tmp:
+        path = os.path.join(tmp, "out.json")
+        # Bound to cores (Hydra's and Open MPI's -bind-to) where the cores allow it.
+        bind = ["-bind-to", "core"] if np_ <= (os.cpu_count() or 1) else []
+        cmd = [mpiexec(), *bind, "-n", str(np_), sys.executable, "-m", "bench.cli", *argv, "-q", "--no-json",
+               "--json", path]
+        done = subprocess.run(cmd, env=clean, capture_output=True, text=True, timeout=timeout)
+        if done.returncode or not os.path.exists(path):
+            # MPICH's error stack ends with the specific reason, after the last "...: ".
+            lines = (done.stderr or done.stdout).strip().splitlines()
+            why = next((line.rsplit(":", 1)[-1].strip() for line in reversed(lines)
+                        if line.rsplit(":", 1)[-1].strip()), "no output")
+            return None, f"exit status {done.returncode}: {why[:200]}"
+        with open(path) as f:
+            return json.load(f)["results"], None
+
+
+def _spread(values):
+    return statistics.median(values), min(values), max(values)
+
+
+def repeat(args, argv):
+    """``--launches N``: lines with the median and spread of every ratio over N launches."""
+    runs = []
+    for k in range(args.launches):
+        print(f"[collectives-bench] launch {k + 1}/{args.launches} on {args.np} ranks", file=sys.stderr, flush=True)
+        results, error = launch(args.np, child_argv(argv))
+        if error:
+            raise SystemExit(f"collectives-bench: launch {k + 1} failed: {error}")
+        runs.append(results)
+    lines, records = [], []
+    for t, result in enumerate(runs[0]):
+        test = result["collective"]
+        ratios = {}
+        for results in runs:
+            for row in results[t]["rows"]:
+                if row.get("native/ours") is not None:
+                    ratios.setdefault((row["size"], row["algorithm"], row["place"]), []).append(row["native/ours"])
+        lines += [f"# {test} np={args.np}, {args.launches} launches: native p50 / ours p50 within each launch "
+                  "(> 1 means ours is faster); median, min and max over the launches",
+                  f"#{'size':>11} {'algorithm':>34} {'place':>5} {'median':>7} {'min':>7} {'max':>7} {'n':>3}"]
+        for (size, name, place), got in ratios.items():
+            med, lo, hi = _spread(got)
+            records.append({"collective": test, "np": args.np, "size": size, "algorithm": name, "place": place,
+                            "median": med, "min": lo, "max": hi, "ratios": got})
+            lines.append(f"{size:>12} {name:>34} {place:>5} {med:>7.2f} {lo:>7.2f} {hi:>7.2f} {len(got):>3}")
+        lines.append("")
+    print("\n".join(lines), flush=True)
+    path = write_json(f"launches_np{args.np}_x{args.launches}.json",
+                      {"argv": child_argv(argv), "launches": args.launches, "ratios": records, "runs": runs},
+                      args.results or RESULTS)
+    print(f"# wrote {path}")
+    return 0
+
+
+def mpich_sweep(args, argv):
+    """``--mpich-algorithms``: per size, the best MPICH choice against the best of ours."""
+    from bench.cli import P2P_TESTS
+
+    base = child_argv(argv)
+    tests = [t for t in args.tests if t not in P2P_TESTS]
+    lines, records = [], []
+    for test in tests:
+        cvar, names = MPICH_ALGORITHMS[test]
+        test_argv = [test] + [w for w in base if w not in args.tests]
+        per_choice, invalid = {}, {}
+        for name in ["auto"] + names:
+            env = {} if name == "auto" else {f"MPIR_CVAR_{cvar}_INTRA_ALGORITHM": name,
+                                            "MPIR_CVAR_DEVICE_COLLECTIVES": "none",
+                                            "MPIR_CVAR_COLLECTIVE_FALLBACK": "error"}
+            print(f"[collectives-bench] {test}: MPICH {name}", file=sys.stderr, flush=True)
+            results, error = launch(args.np, test_argv if name == "auto" else test_argv + ["-a", "native"], env)
+            if error:
+                invalid[name] = error
+            else:
+                per_choice[name] = results[0]
+        if "auto" not in per_choice:
+            raise SystemExit(f"collectives-bench: the launch with MPICH's defaults failed: {invalid['auto']}")
+        lines += [f"# {test} np={args.np}: best MPICH choice (MPIR_CVAR_{cvar}_INTRA_ALGORITHM, one launch each; "
+                  "'auto' = MPICH's defaults) against the best of ours (named algorithms, in the 'auto' launch)",
+                  f"#   not valid here: {', '.join(f'{n} ({why})' for n, why in invalid.items()) or 'none'}",
+                  "#   best-MPICH/best-ours compares two launches; auto-same-launch is native/auto within the "
+                  "best MPICH choice's launch",
+                  f"#{'size':>11} {'best MPICH':>28} {'p50(us)':>10} {'best ours':>34} {'p50(us)':>10} "
+                  f"{'MPICH/ours':>10} {'auto-same-launch':>16}"]
+        for size in dict.fromkeys(row["size"] for row in per_choice["auto"]["rows"]):
+            native = {name: row for name, result in per_choice.items() for row in result["rows"]
+                      if row["size"] == size and row["algorithm"].startswith("native") and row["place"] == "out"
+                      and row["p50(us)"] is not None}
+            ours = [row for row in per_choice["auto"]["rows"] if row["size"] == size and row["place"] == "out"
+                    and not row["algorithm"].startswith("native") and row["algorithm"] not in ("default", "auto")
+                    and row["p50(us)"] is not None]
+            if not native or not ours:
+                continue
+            mpich_name, mpich = min(native.items(), key=lambda kv: kv[1]["p50(us)"])
+            best = min(ours, key=lambda row: row["p50(us)"])
+            auto = next((row for row in per_choice[mpich_name]["rows"] if row["size"] == size
+                         and row["algorithm"] == "auto" and row["place"] == "out"), {})
+            record = {"collective": test, "np": args.np, "size": size, "mpich": mpich_name,
+                      "mpich_p50": mpich["p50(us)"], "ours": best["algorithm"], "ours_p50": best["p50(us)"],
+                      "ratio": mpich["p50(us)"] / best["p50(us)"], "auto_same_launch": auto.get("native/ours"),
+                      "mpich_p50_by_choice": {n: r["p50(us)"] for n, r in native.items()}}
+            records.append(record)
+            same = f"{record['auto_same_launch']:.2f}" if record["auto_same_launch"] else "-"
+            lines.append(f"{size:>12} {mpich_name:>28} {record['mpich_p50']:>10.2f} {best['algorithm']:>34} "
+                         f"{best['p50(us)']:>10.2f} {record['ratio']:>10.2f} {same:>16}")
+        lines.append("")
+    print("\n".join(lines), flush=True)
+    path = write_json(f"mpich_algorithms_np{args.np}.json", {"argv": base, "best": records},
+                      args.results or RESULTS)
+    print(f"# wrote {path}")
+    return 0
+
+
+def main(args, argv):
+    """Run the mode ``args`` asks for."""
+    if args.launches is not None and args.launches < 1:
+        raise SystemExit("collectives-bench: --launches must be at least 1")
+    return mpich_sweep(args, argv) if args.mpich_algorithms else repeat(args, argv)

@@ -1,0 +1,85 @@
+"""The installed benchmark command: it runs from any directory with a clean PYTHONPATH, its
+OSU and nccl-tests output parses as those tools' output does, and its repeat and plot modes
+work end to end.  Each test launches its own jobs, so they run in the 1-rank launch only."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bench import launches
+from launch import _KEEP, _LAUNCHER_PREFIXES, mpiexec, only_one_rank
+
+BIN = os.path.dirname(sys.executable)
+COMMAND = os.path.join(BIN, "collectives-bench")
+installed = pytest.mark.skipif(not os.path.exists(COMMAND),
+                               reason="collectives-bench is not installed in this environment (make build)")
+
+
+def _run(args, cwd, timeout=300):
+    """Run ``args`` in ``cwd`` without PYTHONPATH and outside this job's launcher."""
+    env = {k: v for k, v in os.environ.items()
+           if k != "PYTHONPATH" and (k in _KEEP or not k.startswith(_LAUNCHER_PREFIXES))}
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _data(text):
+    """Data lines as OSU's and nccl-tests' users read them: not '#', split on whitespace."""
+    return [line.split() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_child_argv():
+    argv = ["--launches", "3", "-np", "4", "allreduce", "-m", "8:64", "--json=x.json", "--mpich-algorithms"]
+    assert launches.child_argv(argv) == ["allreduce", "-m", "8:64"]
+
+
+@only_one_rank
+@installed
+def test_import_and_help_from_any_directory(tmp_path):
+    got = _run([sys.executable, "-c", "import collectives, bench.cli; print(collectives.__file__)"], tmp_path)
+    assert got.returncode == 0, got.stderr
+    for args in ([COMMAND, "--help"], [sys.executable, "-m", "collectives", "bench", "--help"]):
+        got = _run(args, tmp_path)
+        assert got.returncode == 0 and "-m [MIN:]MAX" in got.stdout and "--launches" in got.stdout, got.stderr
+    got = _run([COMMAND, "allreduce", "-m", "64:8"], tmp_path)
+    assert got.returncode != 0 and "minimum above maximum" in got.stderr
+
+
+@only_one_rank
+@installed
+def test_sweep_outputs_parse(tmp_path):
+    common = ["-m", "8:64", "-i", "4", "-x", "1", "--budget", "0.2", "--no-json", "-q"]
+    got = mpiexec(2, [COMMAND, "allreduce", "bw", "--format", "osu", "--csv", "out.csv", *common],
+                  env={"PYTHONPATH": ""}, cwd=tmp_path, timeout=300)
+    assert got.returncode == 0, got.stderr
+    assert "# OSU MPI Allreduce Latency Test" in got.stdout and "# OSU MPI Bandwidth Test" in got.stdout
+    for row in _data(got.stdout):
+        assert int(row[0]) in (8, 16, 32, 64) and float(row[1]) > 0 and int(row[2 if len(row) == 3 else 4]) >= 1
+    csv = (tmp_path / "out.csv").read_text().splitlines()
+    assert csv[0].startswith("collective,np,size") and any(line.startswith("bw,2,64,") for line in csv)
+    got = mpiexec(2, [COMMAND, "reduce", "--in-place", "-c", "-a", "auto", *common],
+                  env={"PYTHONPATH": ""}, cwd=tmp_path, timeout=300)
+    assert got.returncode == 0, got.stderr
+    rows = _data(got.stdout)
+    assert len(rows) == 3 * 4 and all(len(row) == 13 and row[8] == "0" and row[12] == "0" for row in rows)
+    assert got.stdout.count("# Avg bus bandwidth    :") == 3
+
+
+@only_one_rank
+@installed
+def test_launches_and_plot(tmp_path):
+    got = _run([COMMAND, "--launches", "2", "-np", "2", "allreduce", "-m", "8:8", "-i", "3", "-a", "auto",
+                "--budget", "0.1", "--results", str(tmp_path)], tmp_path)
+    assert got.returncode == 0, got.stderr
+    rows = {row[1]: row for row in _data(got.stdout)}
+    assert set(rows) == {"native", "default", "auto"}
+    for row in rows.values():
+        median, lo, hi, n = float(row[3]), float(row[4]), float(row[5]), int(row[6])
+        assert lo <= median <= hi and n == 2
+    path = tmp_path / "run.json"
+    got = mpiexec(2, [COMMAND, "allreduce", "-m", "8:1K", "-f", "4", "-i", "3", "--budget", "0.1", "-q",
+                      "--no-json", "--json", str(path)], env={"PYTHONPATH": ""}, cwd=tmp_path, timeout=300)
+    assert got.returncode == 0, got.stderr
+    got = _run([COMMAND, "plot", str(path), "-o", str(tmp_path)], tmp_path)
+    assert got.returncode == 0, got.stderr
+    assert (tmp_path / "allreduce_np2_glibc.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
