@@ -453,6 +453,10 @@ cdef class Fast:
         self.aux = np.zeros(64, np.uint8)
         self.calls = 0
 
+    def __len__(self):
+        """Number of cached plans."""
+        return len(self.plans)
+
     def __dealloc__(self):
         free(self.vec)
         free(self.counts)
@@ -778,88 +782,60 @@ cdef class Fast:
         finally:
             release(views, nheld)
 
-    cdef _Plan rooted_plan(self, int coll, object algorithm, Py_ssize_t count, Py_ssize_t size,
-                           int root):
-        """Plan and agreement shared by Gather and Scatter: ``count`` elements of ``size``
-        bytes per rank."""
-        cdef Py_ssize_t b = count * size, p = self.size
-        cdef _Plan pl = self.plan(coll, algorithm, (coll, algorithm, count, size, root), count * p,
-                                  b * p, True, ((b,) * p, root))
-        if pl is not None:
-            self.agree(coll, pl, self.block_fields(root, size, count, NULL), ("root", "itemsize"), True)
-        return pl
+    cdef object rooted(self, int coll, object whole_spec, object own_spec, object root, object algorithm):
+        """Gather and Scatter: ``whole`` is the root's buffer of p blocks (Gather's receive
+        buffer, Scatter's send buffer), ``own`` every rank's block (MPI.IN_PLACE at the root)."""
+        cdef Arg whole, own
+        cdef Py_buffer views[2]
+        cdef int nheld = 0
+        cdef bint is_root, gather = coll == GATHER
+        cdef bint in_place = own_spec is None or own_spec is pyMPI.IN_PLACE
+        cdef Py_ssize_t c, p = self.size
+        cdef _Plan pl
+        if type(root) is not int or not 0 <= root < p or not self.ready():
+            return False
+        is_root = root == self.rank
+        if in_place and not is_root:
+            return False
+        try:
+            if is_root:
+                if not resolve(whole_spec, gather, p, True, &whole, &views[0], &nheld) or whole.count % p:
+                    return False
+                c = whole.count // p
+                if in_place:
+                    # Gather's own block is already in place; Scatter's lands in scratch.
+                    own = whole
+                    own.count = c
+                    own.ptr = (whole.ptr + self.rank * c * whole.size if gather
+                               else self.scratch(True, c * whole.size))
+                elif (not resolve(own_spec, not gather, 1, True, &own, &views[nheld], &nheld)
+                      or own.dtype != whole.dtype or own.count != c or overlap(&own, &whole)):
+                    return False
+            elif not resolve(own_spec, not gather, 1, True, &own, &views[0], &nheld):
+                return False
+            c = own.count * own.size
+            pl = self.plan(coll, algorithm, (coll, algorithm, own.count, own.size, root), own.count * p,
+                           c * p, True, ((c,) * p, root))
+            if pl is None:
+                return False
+            self.agree(coll, pl, self.block_fields(<int>root, own.size, own.count, NULL),
+                       ("root", "itemsize"), True)
+            if gather:
+                self.launch(coll, pl, whole.ptr if is_root else NULL, own.ptr, BYTE_CODE, 0)
+            else:
+                self.launch(coll, pl, own.ptr, whole.ptr if is_root else NULL, BYTE_CODE, 0)
+            self.done(pl)
+            return True
+        finally:
+            release(views, nheld)
 
     def gather(self, sendbuf, recvbuf, root, algorithm):
         """Gather; False to leave the call to the general path."""
-        cdef Arg send, recv
-        cdef Py_buffer views[2]
-        cdef int nheld = 0
-        cdef bint is_root, in_place = sendbuf is None or sendbuf is pyMPI.IN_PLACE
-        cdef Py_ssize_t c, p = self.size
-        cdef _Plan pl
-        if type(root) is not int or not 0 <= root < p or not self.ready():
-            return False
-        is_root = root == self.rank
-        if in_place and not is_root:
-            return False
-        try:
-            if is_root:
-                if not resolve(recvbuf, True, p, True, &recv, &views[0], &nheld) or recv.count % p:
-                    return False
-                c = recv.count // p
-                if in_place:
-                    send = recv
-                    send.ptr = recv.ptr + self.rank * c * recv.size
-                    send.count = c
-                elif (not resolve(sendbuf, False, 1, True, &send, &views[nheld], &nheld)
-                      or send.dtype != recv.dtype or send.count != c or overlap(&send, &recv)):
-                    return False
-            elif not resolve(sendbuf, False, 1, True, &send, &views[0], &nheld):
-                return False
-            pl = self.rooted_plan(GATHER, algorithm, send.count, send.size, root)
-            if pl is None:
-                return False
-            self.launch(GATHER, pl, recv.ptr if is_root else NULL, send.ptr, BYTE_CODE, 0)
-            self.done(pl)
-            return True
-        finally:
-            release(views, nheld)
+        return self.rooted(GATHER, recvbuf, sendbuf, root, algorithm)
 
     def scatter(self, sendbuf, recvbuf, root, algorithm):
         """Scatter; False to leave the call to the general path."""
-        cdef Arg send, recv
-        cdef Py_buffer views[2]
-        cdef int nheld = 0
-        cdef bint is_root, in_place = recvbuf is None or recvbuf is pyMPI.IN_PLACE
-        cdef Py_ssize_t c, p = self.size
-        cdef _Plan pl
-        if type(root) is not int or not 0 <= root < p or not self.ready():
-            return False
-        is_root = root == self.rank
-        if in_place and not is_root:
-            return False
-        try:
-            if is_root:
-                if not resolve(sendbuf, False, p, True, &send, &views[0], &nheld) or send.count % p:
-                    return False
-                c = send.count // p
-                if in_place:
-                    recv = send
-                    recv.ptr = self.scratch(True, c * send.size)
-                    recv.count = c
-                elif (not resolve(recvbuf, True, 1, True, &recv, &views[nheld], &nheld)
-                      or send.dtype != recv.dtype or recv.count != c or overlap(&send, &recv)):
-                    return False
-            elif not resolve(recvbuf, True, 1, True, &recv, &views[0], &nheld):
-                return False
-            pl = self.rooted_plan(SCATTER, algorithm, recv.count, recv.size, root)
-            if pl is None:
-                return False
-            self.launch(SCATTER, pl, recv.ptr, send.ptr if is_root else NULL, BYTE_CODE, 0)
-            self.done(pl)
-            return True
-        finally:
-            release(views, nheld)
+        return self.rooted(SCATTER, sendbuf, recvbuf, root, algorithm)
 
     def barrier(self, algorithm):
         """Barrier; False to leave the call to the general path."""

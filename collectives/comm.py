@@ -11,6 +11,12 @@ job at once; ``I...`` methods hand it to the progress thread and return a Reques
 ``check=True`` (the default; COLLECTIVES_CHECK=0 turns it off) a job first agrees with the
 other ranks on counts, dtype, op, root and algorithm through one small native all-reduce,
 so a mismatch raises the same error on every rank instead of hanging or truncating.
+
+Blocking methods first try the fast path (``collectives._engine.Fast``): plain buffers and
+buffer specs resolved in Cython, a cached plan, the same agreement in C, one ``nogil`` run;
+whatever it does not handle falls through to the jobs above.  A schedule that fails part-way
+leaves no request open and marks the Comm unusable: later calls raise RuntimeError naming
+the collective, step and rank of that failure.
 """
 import functools
 import os
