@@ -5,11 +5,12 @@ The whole schedule runs inside one ``nogil`` block, so a collective costs one Py
 however many steps it has, and other Python threads (the progress thread of the
 nonblocking forms, the caller's computation) run meanwhile.
 """
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_ANY_CONTIGUOUS, PyBUF_WRITABLE
+from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_ANY_CONTIGUOUS,
+                             PyBUF_C_CONTIGUOUS, PyBUF_FORMAT, PyBUF_WRITABLE)
 from libc.limits cimport INT_MAX
 from libc.stdint cimport int64_t
-from libc.stdlib cimport malloc, free
-from libc.string cimport memcpy
+from libc.stdlib cimport malloc, free, getenv
+from libc.string cimport memcpy, memmove, strcmp
 cimport numpy as cnp
 import numpy as np
 from mpi4py cimport MPI
@@ -17,6 +18,7 @@ from mpi4py import MPI as pyMPI
 from mpi4py.libmpi cimport *
 
 from collectives._csrc cimport ck_reduce, ck_itemsize
+from collectives.registry import PLAN_OVERHEAD
 
 # Must match collectives/schedule.py.
 DEF SENDRECV = 0
@@ -66,17 +68,30 @@ cdef int reduce_from(char *dst, const char *left, const char *src, size_t n, siz
     return rc
 
 
+cdef void abandon(MPI_Request *reqs, const char *is_recv, int nreq) noexcept nogil:
+    """Finish every started request after a failed step, so MPI writes into no buffer later:
+    receives are cancelled then waited for, sends waited for."""
+    cdef int i
+    for i in range(nreq):
+        if is_recv[i] and reqs[i] != MPI_REQUEST_NULL:
+            MPI_Cancel(&reqs[i])
+    for i in range(nreq):
+        if reqs[i] != MPI_REQUEST_NULL:
+            MPI_Wait(&reqs[i], MPI_STATUS_IGNORE)
+
+
 cdef int run_steps(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char **buf,
                    size_t size, MPI_Datatype t, int dtype, int op, int tag,
-                   MPI_Request *reqs) noexcept nogil:
+                   MPI_Request *reqs, char *is_recv, Py_ssize_t *failed) noexcept nogil:
+    """Run the steps; on an error return, ``failed`` holds the step and no request is left open."""
     cdef Py_ssize_t i
     cdef const int64_t *r
     cdef int rc = MPI_SUCCESS, nreq = 0
     for i in range(nsteps):
         r = steps + i * NCOLS
         if r[0] != REDUCE and r[0] != COPY and (r[3] > INT_MAX or r[7] > INT_MAX):
-            return MPI_ERR_COUNT  # never narrow a count to int: schedule.py splits such rows
-        if r[0] == SENDRECV:
+            rc = MPI_ERR_COUNT  # never narrow a count to int: schedule.py splits such rows
+        elif r[0] == SENDRECV:
             if r[4] == NONE:
                 rc = MPI_Recv(buf[r[5]] + r[6] * size, <int>r[7], t, <int>r[8], tag, comm,
                               MPI_STATUS_IGNORE)
@@ -95,31 +110,72 @@ cdef int run_steps(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char 
                     memcpy(buf[r[1]] + r[2] * size, buf[r[5]] + r[6] * size, <size_t>r[3] * size)
         elif r[0] == ISEND:
             rc = MPI_Isend(buf[r[1]] + r[2] * size, <int>r[3], t, <int>r[4], tag, comm, &reqs[nreq])
-            nreq += 1
+            if rc == MPI_SUCCESS:
+                is_recv[nreq] = 0
+                nreq += 1
         elif r[0] == IRECV:
             rc = MPI_Irecv(buf[r[5]] + r[6] * size, <int>r[7], t, <int>r[8], tag, comm, &reqs[nreq])
-            nreq += 1
+            if rc == MPI_SUCCESS:
+                is_recv[nreq] = 1
+                nreq += 1
         else:
             rc = MPI_Waitall(nreq, reqs, MPI_STATUSES_IGNORE)
-            nreq = 0
+            if rc == MPI_SUCCESS:
+                nreq = 0
         if rc != MPI_SUCCESS:
+            failed[0] = i
+            if rc != -1:
+                abandon(reqs, is_recv, nreq)
             return rc
     return MPI_SUCCESS
 
 
+class ScheduleError(pyMPI.Exception):
+    """A step of a schedule failed; every request it had started was finished or cancelled."""
+
+    def __init__(self, ierr, collective, step, rank):
+        super().__init__(ierr)
+        self.collective, self.step, self.rank = collective, step, rank
+
+    def __str__(self):
+        return (f"{self.collective}: step {self.step} failed on rank {self.rank}: "
+                f"{pyMPI.Get_error_string(self.Get_error_code())}")
+
+
+cdef int run_checked(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char **buf, int dtype,
+                     int op, int tag, Py_ssize_t nreq, object collective) except -1:
+    """run_steps without the GIL; TypeError or ScheduleError when a step fails."""
+    cdef size_t size = ck_itemsize(dtype)
+    cdef MPI_Request *reqs = NULL
+    cdef MPI_Datatype t
+    cdef Py_ssize_t failed = -1
+    cdef int rc, rank = 0
+    element_type(size, &t)
+    if nreq:
+        reqs = <MPI_Request *>malloc(nreq * (sizeof(MPI_Request) + 1))
+        if reqs == NULL:
+            raise MemoryError()
+    with nogil:
+        rc = run_steps(comm, steps, nsteps, buf, size, t, dtype, op, tag, reqs,
+                       <char *>(reqs + nreq), &failed)
+    free(reqs)
+    if rc == -1:
+        raise TypeError(f"op code {op} is not defined on dtype code {dtype}")
+    if rc != MPI_SUCCESS:
+        MPI_Comm_rank(comm, &rank)
+        raise ScheduleError(rc, collective, failed, rank)
+    return 0
+
+
 def execute(MPI.Comm comm, const int64_t[:, ::1] steps, acc, tmp, inp, int dtype, int op,
-            int tag, Py_ssize_t nreq):
+            int tag, Py_ssize_t nreq, collective="schedule"):
     """Run ``steps`` on ``comm`` over the ACC, TMP and IN buffers (each may be None)."""
     cdef Py_buffer views[NBUFS]
     cdef char *buf[NBUFS]
     cdef bint held[NBUFS]
-    cdef int i, rc = MPI_SUCCESS
-    cdef size_t size = ck_itemsize(dtype)
-    cdef MPI_Request *reqs = NULL
-    cdef MPI_Datatype t
-    if size == 0 or steps.shape[1] != NCOLS:
+    cdef int i
+    if ck_itemsize(dtype) == 0 or steps.shape[1] != NCOLS:
         raise ValueError("execute: bad dtype code or schedule shape")
-    element_type(size, &t)
     objs = (acc, tmp, inp)
     for i in range(NBUFS):
         held[i] = False
@@ -131,130 +187,666 @@ def execute(MPI.Comm comm, const int64_t[:, ::1] steps, acc, tmp, inp, int dtype
                                    PyBUF_ANY_CONTIGUOUS | (PyBUF_WRITABLE if i < 2 else 0))
                 held[i] = True
                 buf[i] = <char *>views[i].buf
-        if nreq:
-            reqs = <MPI_Request *>malloc(nreq * sizeof(MPI_Request))
-            if reqs == NULL:
-                raise MemoryError()
-        with nogil:
-            rc = run_steps(comm.ob_mpi, &steps[0, 0] if steps.shape[0] else NULL, steps.shape[0],
-                           buf, size, t, dtype, op, tag, reqs)
+        run_checked(comm.ob_mpi, &steps[0, 0] if steps.shape[0] else NULL, steps.shape[0], buf,
+                    dtype, op, tag, nreq, collective)
     finally:
-        free(reqs)
         for i in range(NBUFS):
             if held[i]:
                 PyBuffer_Release(&views[i])
-    if rc == -1:
-        raise TypeError(f"op code {op} is not defined on dtype code {dtype}")
-    if rc != MPI_SUCCESS:
-        raise pyMPI.Exception(rc)
+
+
+# ---- the fast path: Python call -> cached plan -> one nogil run ---------------------------
+
+# Collective indices, as in collectives.registry.ALGORITHMS (and comm._COLLECTIVE_INDEX).
+DEF ALLREDUCE = 0
+DEF BCAST = 1
+DEF REDUCE_ = 2
+DEF ALLGATHER = 3
+DEF REDUCE_SCATTER = 4
+DEF GATHER = 5
+DEF SCATTER = 6
+DEF BARRIER = 7
+DEF NCOLL = 8
+DEF BYTE_CODE = 5  # uint8 in collectives.ops.DTYPES
+DEF MAX_DATATYPES = 128
+DEF MAX_NPY = 64
+DEF ACC_BUF = 0
+DEF TMP_BUF = 1
+DEF IN_BUF = 2
+
+cdef int _npy_code[MAX_NPY]          # NumPy type number -> kernel dtype code, -1: none
+cdef int _npy_num[16]                # kernel dtype code -> canonical NumPy type number
+cdef MPI_Datatype _dt_handle[MAX_DATATYPES]
+cdef int _dt_code[MAX_DATATYPES]
+cdef int _ndt = 0
+cdef object _ENV_BYTES = tuple(f"COLLECTIVES_{c.upper()}".encode() for c in
+                              ("allreduce", "bcast", "reduce", "allgather", "reduce_scatter",
+                               "gather", "scatter", "barrier"))
+cdef const char *_ENV_NAMES[NCOLL]
+for _i in range(NCOLL):
+    _ENV_NAMES[_i] = <const char *>_ENV_BYTES[_i]
+cdef object _OPS = (pyMPI.SUM, pyMPI.PROD, pyMPI.MIN, pyMPI.MAX, pyMPI.LAND, pyMPI.LOR,
+                    pyMPI.LXOR, pyMPI.BAND, pyMPI.BOR, pyMPI.BXOR)
+
+
+def _tables():
+    """Fill the NumPy-type and predefined-MPI-datatype tables from collectives.ops.DTYPES."""
+    global _ndt
+    from mpi4py.util import dtlib
+    from collectives.ops import DTYPE_CODE
+    cdef int i
+    for i in range(MAX_NPY):
+        _npy_code[i] = -1
+    for dt, code in DTYPE_CODE.items():
+        _npy_num[code] = dt.num
+    for ch in np.typecodes["All"]:
+        dt = np.dtype(ch)
+        if dt in DTYPE_CODE and dt.num < MAX_NPY:
+            _npy_code[dt.num] = DTYPE_CODE[dt]
+    for name in dir(pyMPI):
+        obj = getattr(pyMPI, name)
+        if type(obj) is not pyMPI.Datatype or obj == pyMPI.DATATYPE_NULL or _ndt == MAX_DATATYPES:
+            continue
+        try:
+            dt = dtlib.to_numpy_dtype(obj)
+        except Exception:  # types with no NumPy equivalent stay on the general path
+            continue
+        if dt in DTYPE_CODE:
+            _dt_handle[_ndt] = (<MPI.Datatype>obj).ob_mpi
+            _dt_code[_ndt] = DTYPE_CODE[dt]
+            _ndt += 1
+
+
+_tables()
+
+
+cdef struct Arg:
+    char *ptr
+    Py_ssize_t count   # elements
+    int dtype          # kernel dtype code
+    Py_ssize_t size    # item size in bytes
+
+
+cdef int datatype_code(object dt) noexcept:
+    cdef int i
+    cdef MPI_Datatype h
+    if type(dt) is not pyMPI.Datatype:
+        return -1
+    h = (<MPI.Datatype>dt).ob_mpi
+    for i in range(_ndt):
+        if _dt_handle[i] == h:
+            return _dt_code[i]
+    return -1
+
+
+cdef int format_code(const char *fmt, Py_ssize_t itemsize) noexcept:
+    """Kernel dtype code of a struct-module format of one native item, -1 if none."""
+    cdef char c
+    cdef int want = -1
+    if fmt == NULL:
+        return BYTE_CODE if itemsize == 1 else -1
+    if fmt[0] == b'@' or fmt[0] == b'=' or fmt[0] == b'<':
+        fmt += 1  # x86 and ARM Linux are little-endian; big-endian specs take the general path
+    c = fmt[0]
+    if c == 0 or (fmt[1] != 0 and c != b'Z'):
+        return -1
+    if c == b'?':
+        want = 0 if itemsize == 1 else -1
+    elif c in b'bhilq':
+        want = {1: 1, 2: 2, 4: 3, 8: 4}.get(itemsize, -1)
+    elif c in b'BHILQ':
+        want = {1: 5, 2: 6, 4: 7, 8: 8}.get(itemsize, -1)
+    elif c in b'efd':
+        want = {2: 9, 4: 10, 8: 11}.get(itemsize, -1)
+    elif c == b'Z' and fmt[2] == 0 and fmt[1] in b'fd':
+        want = {8: 12, 16: 13}.get(itemsize, -1)
+    return want
+
+
+cdef int raw_bytes(object obj, bint writable, char **ptr, Py_ssize_t *nbytes, int *dtype,
+                   Py_ssize_t *size, Py_buffer *view, int *nheld) except -1:
+    """Address, length and element type of a C-contiguous buffer; 0 to leave it to Python."""
+    cdef cnp.ndarray a
+    cdef int num
+    if cnp.PyArray_CheckExact(obj):
+        a = <cnp.ndarray>obj
+        num = cnp.PyArray_TYPE(a)
+        if (not cnp.PyArray_IS_C_CONTIGUOUS(a) or (writable and not cnp.PyArray_ISWRITEABLE(a))
+                or not cnp.PyArray_ISNOTSWAPPED(a) or num >= MAX_NPY):
+            return 0
+        ptr[0] = <char *>cnp.PyArray_DATA(a)
+        nbytes[0] = cnp.PyArray_NBYTES(a)
+        dtype[0] = _npy_code[num]
+        size[0] = cnp.PyArray_ITEMSIZE(a)
+        return 1
+    try:
+        PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT
+                           | (PyBUF_WRITABLE if writable else 0))
+    except (BufferError, TypeError, ValueError):
+        return 0
+    nheld[0] += 1
+    ptr[0] = <char *>view.buf
+    nbytes[0] = view.len
+    size[0] = view.itemsize
+    dtype[0] = format_code(view.format, view.itemsize)
+    return 1
+
+
+cdef int resolve(object spec, bint writable, Py_ssize_t blocks, bint displ_ok, Arg *out,
+                 Py_buffer *view, int *nheld) except -1:
+    """An mpi4py buffer spec as (address, count, dtype), or 0 for the general path.
+
+    Plain buffers, ``[buf, datatype]``, ``[buf, count, datatype]`` and, with ``displ_ok``,
+    ``[buf, (count, displ), datatype]``, with predefined datatypes; a spec's count is per
+    block when the buffer holds ``blocks`` of them (mpi4py's rule for a root's buffer).
+    """
+    cdef object obj = spec, dt = None, cnt = None
+    cdef Py_ssize_t count = -1, displ = 0, nbytes, size, total
+    cdef int code
+    if type(spec) is list or type(spec) is tuple:
+        if len(spec) == 2:
+            obj, dt = spec
+        elif len(spec) == 3:
+            obj, cnt, dt = spec
+        else:
+            return 0
+        code = datatype_code(dt)
+        if code < 0:
+            return 0
+        if cnt is not None:
+            if type(cnt) is int:
+                count = cnt
+            elif displ_ok and type(cnt) is tuple and len(cnt) == 2 and type(cnt[0]) is int \
+                    and type(cnt[1]) is int:
+                count, displ = cnt
+            else:
+                return 0
+            if count < 0 or displ < 0:
+                return 0
+            count *= blocks
+    if not raw_bytes(obj, writable, &out.ptr, &nbytes, &out.dtype, &out.size, view, nheld):
+        return 0
+    if dt is not None:
+        out.dtype = code
+        out.size = ck_itemsize(code)
+    if out.dtype < 0 or out.size <= 0 or nbytes % out.size:
+        return 0
+    total = nbytes // out.size
+    if count < 0:
+        count = total
+    if displ + count > total:
+        return 0
+    out.ptr += displ * out.size
+    out.count = count
+    return 1
+
+
+cdef inline bint overlap(const Arg *a, const Arg *b) noexcept:
+    """Partial overlap (exact aliasing is in place, handled by the callers)."""
+    return (a.ptr != b.ptr and a.ptr < b.ptr + b.count * b.size
+            and b.ptr < a.ptr + a.count * a.size)
+
+
+cdef inline int op_code(object op) noexcept:
+    cdef int i
+    for i in range(10):
+        if op is _OPS[i]:
+            return i
+    return -1
+
+
+cdef inline void release(Py_buffer *views, int n) noexcept:
+    cdef int i
+    for i in range(n):
+        PyBuffer_Release(&views[i])
 
 
 cdef class _Plan:
-    """A cached schedule with everything the fast path needs, resolved once."""
+    """A cached schedule with everything one fast call needs, resolved once."""
     cdef object steps
     cdef const int64_t *rows
-    cdef Py_ssize_t nsteps, nreq, tmp_bytes
-    cdef int dtype, op
-    cdef size_t size
+    cdef Py_ssize_t nsteps, nreq, tmp_count
+    cdef int algo
     cdef bint reads_in
     cdef object name
 
 
-cdef class AllreduceFast:
-    """Allreduce of C-contiguous NumPy arrays with predefined ops, with no Python per step.
+cdef class Fast:
+    """The fast path of one collectives.Comm: every blocking collective on plain buffers.
 
-    ``prepare(n, dtype, op)`` (Python, run once per size, dtype and op) chooses the algorithm
-    and returns (steps, dtype_code, op_code, tmp_bytes, nreq, reads_in, name); the call costs
-    a dictionary look-up and one ``nogil`` run of the schedule.  Anything else (other buffer
-    kinds, per-call algorithms, pending nonblocking work) returns False for the general path.
+    A call resolves its buffers in C (NumPy arrays, buffer-protocol objects, mpi4py buffer
+    specs with predefined datatypes, MPI.IN_PLACE), looks up a cached plan by a small key,
+    agrees with the other ranks through one native all-reduce when the owner's ``check`` is on (the same
+    vector ``Comm._agree`` builds, so a rank on the general path meets it there), and runs
+    the schedule in one ``nogil`` block.  It returns False, having done nothing
+    collective, for anything else, which the general Python path then handles.
+    ``calls`` counts the calls it ran (a debugging aid for tests).
     """
     cdef MPI.Comm comm
-    cdef object owner, prepare, ops
-    cdef dict plans
-    cdef cnp.ndarray tmp
-    cdef int tag
+    cdef object owner, make_plan, names
+    cdef readonly object plans  # a collectives.cache.ByteLRU
+    cdef cnp.ndarray tmp, aux
+    cdef int tags[NCOLL]
+    cdef int rank, size, width, nvec
+    cdef int64_t *vec
+    cdef Py_ssize_t *counts
+    cdef list envs
+    cdef public Py_ssize_t calls
 
-    def __init__(self, MPI.Comm comm, owner, prepare, int tag):
+    def __init__(self, MPI.Comm comm, owner, make_plan, tags, names):
+        from collectives.cache import ByteLRU
+        cdef int i
         self.comm = comm
         self.owner = owner
-        self.prepare = prepare
-        self.tag = tag
-        self.plans = {}
-        self.ops = (pyMPI.SUM, pyMPI.PROD, pyMPI.MIN, pyMPI.MAX, pyMPI.LAND, pyMPI.LOR,
-                    pyMPI.LXOR, pyMPI.BAND, pyMPI.BOR, pyMPI.BXOR)
+        self.make_plan = make_plan
+        self.names = tuple(names)
+        self.plans = ByteLRU()
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        for i in range(NCOLL):
+            self.tags[i] = tags[i]
+        self.envs = [b""] * NCOLL
+        self.width = 4 + self.size
+        self.nvec = 5 + 2 * self.width
+        self.vec = <int64_t *>malloc(self.nvec * sizeof(int64_t))
+        self.counts = <Py_ssize_t *>malloc(self.size * sizeof(Py_ssize_t))
+        if self.vec == NULL or self.counts == NULL:
+            raise MemoryError()
         self.tmp = np.zeros(64, np.uint8)
+        self.aux = np.zeros(64, np.uint8)
+        self.calls = 0
 
-    cdef _Plan plan(self, Py_ssize_t n, object dtype, object op, long key):
+    def __len__(self):
+        """Number of cached plans."""
+        return len(self.plans)
+
+    def __dealloc__(self):
+        free(self.vec)
+        free(self.counts)
+
+    cdef bint ready(self) except -1:
+        """Whether a fast call may run now; raises when the Comm is unusable."""
+        broken = self.owner._broken
+        if broken is not None:
+            raise RuntimeError(f"collectives.Comm is unusable: {broken}")
+        progress = self.owner._progress
+        return progress is None or not progress.busy()
+
+    cdef char *scratch(self, bint aux, Py_ssize_t nbytes) except NULL:
+        cdef cnp.ndarray buf = self.aux if aux else self.tmp
+        if nbytes > cnp.PyArray_NBYTES(buf):
+            buf = np.zeros(nbytes, np.uint8)
+            if aux:
+                self.aux = buf
+            else:
+                self.tmp = buf
+        return <char *>cnp.PyArray_DATA(buf)
+
+    cdef _Plan plan(self, int coll, object algorithm, tuple key, Py_ssize_t count,
+                    Py_ssize_t nbytes, bint uniform, tuple args, int op=-1, int dtype=-1):
+        """The cached plan for ``key``, made on a miss; None when the general path must run."""
         cdef _Plan pl
-        prepared = self.prepare(n, dtype, op)
-        if prepared is None:
-            return None
+        cdef const char *env
+        # A changed COLLECTIVES_<COLLECTIVE> changes every choice that deferred to it.
+        env = getenv(_ENV_NAMES[coll])
+        if env == NULL:
+            env = b""
+        if strcmp(env, <const char *>self.envs[coll]) != 0:
+            self.envs[coll] = <bytes>env
+            self.plans.clear()
+        pl = self.plans.get(key)
+        if pl is not None:
+            return pl
+        try:
+            made = self.make_plan(self.names[coll], algorithm, count, nbytes, uniform, args,
+                                  None if op < 0 else op, dtype)
+        except (ValueError, TypeError):
+            return None  # the general path raises it, after agreeing with the other ranks
         pl = _Plan()
-        steps, pl.dtype, pl.op, pl.tmp_bytes, pl.nreq, pl.reads_in, pl.name = prepared
-        pl.steps = np.ascontiguousarray(steps, dtype=np.int64)
+        pl.steps, pl.tmp_count, pl.nreq, pl.reads_in, pl.name, pl.algo = made
+        pl.steps = np.ascontiguousarray(pl.steps, dtype=np.int64)
         pl.nsteps = pl.steps.shape[0]
         pl.rows = <const int64_t *>cnp.PyArray_DATA(pl.steps)
-        pl.size = ck_itemsize(pl.dtype)
-        if pl.tmp_bytes > cnp.PyArray_NBYTES(self.tmp):
-            self.tmp = np.zeros(pl.tmp_bytes, np.uint8)
-        self.plans[key] = pl
+        self.plans.put(key, pl, pl.steps.nbytes + PLAN_OVERHEAD)
         return pl
 
-    def __call__(self, sendbuf, recvbuf, op):
-        """Run the all-reduce and return True, or return False to leave it to the general path."""
-        cdef cnp.ndarray send, recv
-        cdef Py_ssize_t n, opc
-        cdef long key
-        cdef _Plan pl
-        cdef char *buf[NBUFS]
-        cdef MPI_Request *reqs = NULL
-        cdef MPI_Datatype t
-        cdef int rc
-        cdef bint in_place = sendbuf is pyMPI.IN_PLACE or sendbuf is None
-        if not cnp.PyArray_CheckExact(recvbuf):
-            return False
-        recv = <cnp.ndarray>recvbuf
-        if not cnp.PyArray_IS_C_CONTIGUOUS(recv) or not cnp.PyArray_ISWRITEABLE(recv):
-            return False
-        n = cnp.PyArray_SIZE(recv)
-        if in_place:
-            send = recv
-        else:
-            if not cnp.PyArray_CheckExact(sendbuf):
-                return False
-            send = <cnp.ndarray>sendbuf
-            if (not cnp.PyArray_IS_C_CONTIGUOUS(send) or cnp.PyArray_SIZE(send) != n
-                    or cnp.PyArray_TYPE(send) != cnp.PyArray_TYPE(recv)):
-                return False
-        for opc in range(10):
-            if op is self.ops[opc]:
-                break
-        else:
-            return False
-        progress = self.owner._progress
-        if progress is not None and progress.busy():
-            return False
-        key = (<long>n << 12) | (<long>cnp.PyArray_TYPE(recv) << 4) | opc
-        pl = self.plans.get(key)
-        if pl is None:
-            pl = self.plan(n, recv.dtype, op, key)
-            if pl is None:
-                return False
-        self.owner.last_algorithm = pl.name
-        buf[0] = <char *>cnp.PyArray_DATA(recv)
-        buf[1] = <char *>cnp.PyArray_DATA(self.tmp)
-        buf[2] = <char *>cnp.PyArray_DATA(send)
-        element_type(pl.size, &t)
-        if pl.nreq:
-            reqs = <MPI_Request *>malloc(pl.nreq * sizeof(MPI_Request))
-            if reqs == NULL:
-                raise MemoryError()
+    cdef inline int64_t *fields(self) noexcept:
+        """Where a call writes the fields ``agree`` compares."""
+        return self.vec + 3
+
+    cdef int agree(self, int coll, _Plan pl, int nfields, tuple keys, bint counts) except -1:
+        """Comm._agree in C: one MAX all-reduce of [0, coll, algo, fields, -coll, -algo, -fields].
+
+        The first ``nfields`` fields are in place (``fields()``); ``keys`` name them, followed
+        by count0, count1, ... when ``counts``.
+        """
+        cdef int i, rc, w = self.width
+        cdef int64_t *v = self.vec
+        if self.size == 1 or not self.owner.check:
+            return 0
+        v[0] = 0
+        v[1] = coll
+        v[2] = pl.algo
+        for i in range(w):
+            if i >= nfields:
+                v[3 + i] = 0
+            v[5 + w + i] = -v[3 + i]
+        v[3 + w] = -coll
+        v[4 + w] = -pl.algo
         with nogil:
-            if not in_place and not pl.reads_in and buf[0] != buf[2]:
-                memcpy(buf[0], buf[2], n * pl.size)
-            rc = run_steps(self.comm.ob_mpi, pl.rows, pl.nsteps, buf, pl.size, t,
-                           pl.dtype, pl.op, self.tag, reqs)
-        free(reqs)
+            rc = MPI_Allreduce(MPI_IN_PLACE, v, self.nvec, MPI_INT64_T, MPI_MAX, self.comm.ob_mpi)
         if rc != MPI_SUCCESS:
             raise pyMPI.Exception(rc)
+        name = self.names[coll]
+        if v[0]:
+            raise ValueError(f"{name}: invalid arguments on another rank (it raised the details)")
+        keys = ("collective", "algorithm") + keys
+        if counts:
+            keys += tuple(f"count{i}" for i in range(self.size))
+        bad = [f"{keys[i]} ranges {-v[3 + w + i]}..{v[1 + i]}" for i in range(len(keys))
+               if v[1 + i] != -v[3 + w + i]]
+        if bad:
+            raise ValueError(f"{name}: arguments differ across ranks: " + ", ".join(bad))
+        return 0
+
+    cdef int launch(self, int coll, _Plan pl, char *acc, char *inp, int dtype, int op) except -1:
+        """Run ``pl`` over ACC, TMP and IN; a failure marks the Comm unusable."""
+        cdef char *buf[NBUFS]
+        buf[ACC_BUF] = acc if acc != NULL else _empty
+        buf[TMP_BUF] = self.scratch(False, pl.tmp_count * ck_itemsize(dtype)) if pl.tmp_count else _empty
+        buf[IN_BUF] = inp if inp != NULL else _empty
+        try:
+            run_checked(self.comm.ob_mpi, pl.rows, pl.nsteps, buf, dtype, op, self.tags[coll],
+                        pl.nreq, f"{self.names[coll]} ({pl.name})")
+        except ScheduleError as exc:
+            self.owner._broken = str(exc)
+            raise
+        return 0
+
+    cdef inline void done(self, _Plan pl):
+        self.owner.last_algorithm = pl.name
+        self.calls += 1
+
+    def allreduce(self, sendbuf, recvbuf, op, algorithm):
+        """Allreduce; False to leave the call to the general path."""
+        cdef Arg send, recv
+        cdef Py_buffer views[2]
+        cdef int nheld = 0, opc
+        cdef int64_t *fields
+        cdef bint in_place = sendbuf is None or sendbuf is pyMPI.IN_PLACE
+        cdef _Plan pl
+        if not self.ready():
+            return False
+        opc = op_code(op)
+        try:
+            if opc < 0 or not resolve(recvbuf, True, 1, True, &recv, &views[0], &nheld):
+                return False
+            if in_place:
+                send = recv
+            elif not resolve(sendbuf, False, 1, True, &send, &views[nheld], &nheld):
+                return False
+            if send.count != recv.count or send.dtype != recv.dtype or overlap(&send, &recv):
+                return False
+            pl = self.plan(ALLREDUCE, algorithm, (ALLREDUCE, algorithm, recv.count, recv.dtype, opc),
+                           recv.count, recv.count * recv.size, True, (recv.count,), opc, recv.dtype)
+            if pl is None:
+                return False
+            fields = self.fields()
+            fields[0], fields[1], fields[2] = recv.count, recv.dtype, opc
+            self.agree(ALLREDUCE, pl, 3, ("count", "dtype", "op"), False)
+            if send.ptr != recv.ptr and not (pl.reads_in and recv.count and self.size > 1):
+                memcpy(recv.ptr, send.ptr, recv.count * recv.size)
+            if recv.count and self.size > 1:
+                self.launch(ALLREDUCE, pl, recv.ptr, send.ptr, recv.dtype, opc)
+            self.done(pl)
+            return True
+        finally:
+            release(views, nheld)
+
+    def bcast(self, buf, root, algorithm):
+        """Bcast; False to leave the call to the general path."""
+        cdef Arg a
+        cdef Py_buffer views[1]
+        cdef int nheld = 0
+        cdef int64_t *fields
+        cdef Py_ssize_t nbytes
+        cdef _Plan pl
+        if type(root) is not int or not 0 <= root < self.size or not self.ready():
+            return False
+        try:
+            if not resolve(buf, True, 1, True, &a, &views[0], &nheld):
+                return False
+            nbytes = a.count * a.size
+            pl = self.plan(BCAST, algorithm, (BCAST, algorithm, nbytes, root), nbytes, nbytes, True,
+                           (nbytes, root))
+            if pl is None:
+                return False
+            fields = self.fields()
+            fields[0], fields[1] = nbytes, root
+            self.agree(BCAST, pl, 2, ("nbytes", "root"), False)
+            if nbytes and self.size > 1:
+                self.launch(BCAST, pl, a.ptr, NULL, BYTE_CODE, 0)
+            self.done(pl)
+            return True
+        finally:
+            release(views, nheld)
+
+    def reduce(self, sendbuf, recvbuf, op, root, algorithm):
+        """Reduce; False to leave the call to the general path."""
+        cdef Arg send, recv
+        cdef Py_buffer views[2]
+        cdef int nheld = 0, opc
+        cdef int64_t *fields
+        cdef bint is_root, in_place = sendbuf is None or sendbuf is pyMPI.IN_PLACE
+        cdef _Plan pl
+        if type(root) is not int or not 0 <= root < self.size or not self.ready():
+            return False
+        is_root = root == self.rank
+        opc = op_code(op)
+        if opc < 0 or (in_place and not is_root):
+            return False
+        try:
+            if is_root and not resolve(recvbuf, True, 1, True, &recv, &views[0], &nheld):
+                return False
+            if in_place:
+                send = recv
+            elif not resolve(sendbuf, False, 1, True, &send, &views[nheld], &nheld):
+                return False
+            if is_root and (send.count != recv.count or send.dtype != recv.dtype
+                            or overlap(&send, &recv)):
+                return False
+            pl = self.plan(REDUCE_, algorithm, (REDUCE_, algorithm, send.count, send.dtype, opc, root),
+                           send.count, send.count * send.size, True, (send.count, root), opc, send.dtype)
+            if pl is None:
+                return False
+            fields = self.fields()
+            fields[0], fields[1], fields[2], fields[3] = send.count, send.dtype, opc, root
+            self.agree(REDUCE_, pl, 4, ("count", "dtype", "op", "root"), False)
+            if send.count:
+                self.launch(REDUCE_, pl, recv.ptr if is_root else NULL, send.ptr, send.dtype, opc)
+            self.done(pl)
+            return True
+        finally:
+            release(views, nheld)
+
+    cdef int block_fields(self, int64_t first, int64_t second, Py_ssize_t count,
+                          const Py_ssize_t *counts) noexcept:
+        """Write [first, second, count0, count1, ...] (each ``count`` unless ``counts``) as
+        the fields to agree on; returns their number."""
+        cdef int i
+        cdef int64_t *fields = self.fields()
+        fields[0], fields[1] = first, second
+        for i in range(self.size):
+            fields[2 + i] = counts[i] if counts != NULL else count
+        return 2 + self.size
+
+    def allgather(self, sendbuf, recvbuf, algorithm):
+        """Allgather; False to leave the call to the general path."""
+        cdef Arg send, recv
+        cdef Py_buffer views[2]
+        cdef int nheld = 0
+        cdef bint in_place = sendbuf is None or sendbuf is pyMPI.IN_PLACE
+        cdef Py_ssize_t c, p = self.size, bytes_each
+        cdef char *own
+        cdef _Plan pl
+        if not self.ready():
+            return False
+        try:
+            if not resolve(recvbuf, True, p, False, &recv, &views[0], &nheld):
+                return False
+            if in_place:
+                if recv.count % p:
+                    return False
+                c = recv.count // p
+                send = recv
+                send.ptr = recv.ptr + self.rank * c * recv.size
+                send.count = c
+            else:
+                if not resolve(sendbuf, False, 1, True, &send, &views[nheld], &nheld):
+                    return False
+                c = send.count
+                if recv.count != c * p or send.dtype != recv.dtype or overlap(&send, &recv):
+                    return False
+            bytes_each = c * recv.size
+            pl = self.plan(ALLGATHER, algorithm, (ALLGATHER, algorithm, bytes_each),
+                           c * p, bytes_each * p, True, ((bytes_each,) * p,))
+            if pl is None:
+                return False
+            self.agree(ALLGATHER, pl, self.block_fields(_npy_num[recv.dtype], recv.size, c, NULL),
+                       ("dtype", "itemsize"), True)
+            own = recv.ptr + self.rank * bytes_each
+            if send.ptr != own:
+                memcpy(own, send.ptr, bytes_each)
+            if c and p > 1:
+                self.launch(ALLGATHER, pl, recv.ptr, NULL, BYTE_CODE, 0)
+            self.done(pl)
+            return True
+        finally:
+            release(views, nheld)
+
+    def reduce_scatter(self, sendbuf, recvbuf, recvcounts, op, algorithm):
+        """Reduce_scatter (``recvcounts`` given) or Reduce_scatter_block (None); False to leave
+        the call to the general path.  In place, only the rank's own block is written."""
+        cdef Arg send, recv
+        cdef Py_buffer views[2]
+        cdef int nheld = 0, opc, i
+        cdef bint uniform = True, in_place = sendbuf is None or sendbuf is pyMPI.IN_PLACE
+        cdef Py_ssize_t p = self.size, total = 0, start = 0
+        cdef Py_ssize_t *cnt = self.counts
+        cdef char *acc
+        cdef _Plan pl
+        opc = op_code(op)
+        if opc < 0 or not self.ready():
+            return False
+        if recvcounts is not None:
+            if (type(recvcounts) is not list and type(recvcounts) is not tuple) or len(recvcounts) != p:
+                return False
+            for i in range(p):
+                c = recvcounts[i]
+                if type(c) is not int or c < 0:
+                    return False
+                cnt[i] = c
+        try:
+            if not resolve(recvbuf, True, 1, True, &recv, &views[0], &nheld):
+                return False
+            if in_place:
+                send = recv
+            elif not resolve(sendbuf, False, 1, True, &send, &views[nheld], &nheld):
+                return False
+            if send.dtype != recv.dtype or overlap(&send, &recv):
+                return False
+            if recvcounts is None:
+                if send.count % p:
+                    return False
+                for i in range(p):
+                    cnt[i] = send.count // p
+            for i in range(p):
+                total += cnt[i]
+                start += cnt[i] if i < self.rank else 0
+                uniform = uniform and cnt[i] == cnt[0]
+            if send.count != total or (not in_place and recv.count < cnt[self.rank]):
+                return False
+            counts = tuple([cnt[i] for i in range(p)])
+            pl = self.plan(REDUCE_SCATTER, algorithm, (REDUCE_SCATTER, algorithm, recv.dtype, opc, counts),
+                           total, total * send.size, uniform, (counts,), opc, recv.dtype)
+            if pl is None:
+                return False
+            self.agree(REDUCE_SCATTER, pl, self.block_fields(recv.dtype, opc, 0, cnt), ("dtype", "op"), True)
+            acc = self.scratch(True, total * send.size)
+            memcpy(acc, send.ptr, total * send.size)
+            if total and p > 1:
+                self.launch(REDUCE_SCATTER, pl, acc, NULL, recv.dtype, opc)
+            memcpy(recv.ptr, acc + start * send.size, cnt[self.rank] * send.size)
+            self.done(pl)
+            return True
+        finally:
+            release(views, nheld)
+
+    cdef object rooted(self, int coll, object whole_spec, object own_spec, object root, object algorithm):
+        """Gather and Scatter: ``whole`` is the root's buffer of p blocks (Gather's receive
+        buffer, Scatter's send buffer), ``own`` every rank's block (MPI.IN_PLACE at the root)."""
+        cdef Arg whole, own
+        cdef Py_buffer views[2]
+        cdef int nheld = 0
+        cdef bint is_root, gather = coll == GATHER
+        cdef bint in_place = own_spec is None or own_spec is pyMPI.IN_PLACE
+        cdef Py_ssize_t c, p = self.size
+        cdef _Plan pl
+        if type(root) is not int or not 0 <= root < p or not self.ready():
+            return False
+        is_root = root == self.rank
+        if in_place and not is_root:
+            return False
+        try:
+            if is_root:
+                if not resolve(whole_spec, gather, p, True, &whole, &views[0], &nheld) or whole.count % p:
+                    return False
+                c = whole.count // p
+                if in_place:
+                    # Gather's own block is already in place; Scatter's lands in scratch.
+                    own = whole
+                    own.count = c
+                    own.ptr = (whole.ptr + self.rank * c * whole.size if gather
+                               else self.scratch(True, c * whole.size))
+                elif (not resolve(own_spec, not gather, 1, True, &own, &views[nheld], &nheld)
+                      or own.dtype != whole.dtype or own.count != c or overlap(&own, &whole)):
+                    return False
+            elif not resolve(own_spec, not gather, 1, True, &own, &views[0], &nheld):
+                return False
+            c = own.count * own.size
+            pl = self.plan(coll, algorithm, (coll, algorithm, own.count, own.size, root), own.count * p,
+                           c * p, True, ((c,) * p, root))
+            if pl is None:
+                return False
+            self.agree(coll, pl, self.block_fields(<int>root, own.size, own.count, NULL),
+                       ("root", "itemsize"), True)
+            if gather:
+                self.launch(coll, pl, whole.ptr if is_root else NULL, own.ptr, BYTE_CODE, 0)
+            else:
+                self.launch(coll, pl, own.ptr, whole.ptr if is_root else NULL, BYTE_CODE, 0)
+            self.done(pl)
+            return True
+        finally:
+            release(views, nheld)
+
+    def gather(self, sendbuf, recvbuf, root, algorithm):
+        """Gather; False to leave the call to the general path."""
+        return self.rooted(GATHER, recvbuf, sendbuf, root, algorithm)
+
+    def scatter(self, sendbuf, recvbuf, root, algorithm):
+        """Scatter; False to leave the call to the general path."""
+        return self.rooted(SCATTER, sendbuf, recvbuf, root, algorithm)
+
+    def barrier(self, algorithm):
+        """Barrier; False to leave the call to the general path."""
+        cdef _Plan pl
+        if not self.ready():
+            return False
+        pl = self.plan(BARRIER, algorithm, (BARRIER, algorithm), 0, 0, True, ())
+        if pl is None:
+            return False
+        self.agree(BARRIER, pl, 0, (), False)
+        if self.size > 1:
+            self.launch(BARRIER, pl, NULL, NULL, BYTE_CODE, 0)
+        self.done(pl)
         return True

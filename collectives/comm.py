@@ -26,6 +26,12 @@ return a ``Comm`` with this one's algorithm choices and check setting (COMM_NULL
 COMM_NULL); it owns the new communicator and frees it in ``Free``.  After ``Create_cart``,
 ``comm`` is the ``Cartcomm`` and topology methods (``Get_coords``, ``Shift``, ...) reach it
 through attribute forwarding.
+
+Blocking methods first try the fast path (``collectives._engine.Fast``): plain buffers and
+buffer specs resolved in Cython, a cached plan, the same agreement in C, one ``nogil`` run;
+whatever it does not handle falls through to the jobs above.  A schedule that fails part-way
+leaves no request open and marks the Comm unusable: later calls raise RuntimeError naming
+the collective, step and rank of that failure.
 """
 import functools
 import os
@@ -36,12 +42,12 @@ from mpi4py import MPI
 from . import kernels, p2p
 from .buffers import Native, is_in_place, parse
 from .nonblocking import Progress, completed
-from .ops import DTYPES, OP_NAMES, check_op, dtype_code
+from .ops import DTYPES, OP_NAMES, check_op, dtype_code, supports
 from .registry import ALGORITHMS, env_choice, log, names, plan, resolve_name, select
 from .schedule import blocks, displacements, run_python
 
 try:
-    from ._engine import AllreduceFast, execute as _native_execute
+    from ._engine import Fast, ScheduleError, execute as _native_execute
 except ImportError:
     _native_execute = None
 
@@ -122,8 +128,7 @@ class Comm:
         Per-communicator choice, e.g. ``{"allreduce": "ring"}``; overrides the
         COLLECTIVES_<COLLECTIVE> environment variables.  A per-call ``algorithm=`` wins over both;
         ``"auto"`` (or None) at any level defers to the next, ending at the ``auto`` policy.
-        ``last_algorithm`` holds the name chosen by this rank's latest collective call (with
-        ``check`` off, Allreduce's fast path reuses its choice per shape without updating it).
+        ``last_algorithm`` holds the name chosen by this rank's latest collective call.
     check : bool, optional
         Agree across ranks on arguments before each collective (default: COLLECTIVES_CHECK, on).
     """
@@ -151,8 +156,11 @@ class Comm:
         self.check = bool(check)
         self._scratch = {}
         self._progress = None
-        self._fast = {}
         self._owned = False  # whether Free also frees ``comm`` (made by Dup, Split, ...)
+        # Set to the first failure's description when a schedule fails mid-way.
+        self._broken = None
+        self._fast = (Fast(self._coll, self, self._plan_fast, [TAG[c] for c in ALGORITHMS],
+                           list(ALGORITHMS)) if NATIVE else None)
 
     def __getattr__(self, name):
         if name.startswith("_") or name == "comm":
@@ -175,6 +183,10 @@ class Comm:
             self._progress = None
         if self._coll != MPI.COMM_NULL:
             self._coll.Free()
+        # The fast path and the scratch buffers refer back to this Comm: drop them now rather
+        # than when the garbage collector breaks the cycle, so their memory goes with Free.
+        self._fast = None
+        self._scratch = {}
         if self._owned and self.comm != MPI.COMM_NULL:
             self.comm.Free()
 
@@ -233,7 +245,12 @@ class Comm:
         itemsize = np.dtype(DTYPES[dtype]).itemsize
         tmp = self._buffer("tmp", tmp_count * itemsize) if tmp_count else None
         if NATIVE:
-            _native_execute(self._coll, steps, acc, tmp, inp, dtype, op, TAG[collective], nreq)
+            try:
+                _native_execute(self._coll, steps, acc, tmp, inp, dtype, op, TAG[collective], nreq,
+                                f"{collective} ({algo.name})")
+            except ScheduleError as exc:
+                self._broken = str(exc)
+                raise
         else:
             bufs = [None if b is None else _as_bytes(b) for b in (acc, tmp, inp)]
             run_python(self._coll, steps, bufs, dtype, op, TAG[collective])
@@ -288,13 +305,19 @@ class Comm:
         if bad:
             raise ValueError(f"{collective}: arguments differ across ranks: " + ", ".join(bad))
 
+    def _usable(self):
+        if self._broken is not None:
+            raise RuntimeError(f"collectives.Comm is unusable: {self._broken}")
+
     def _run(self, job):
+        self._usable()
         if self._progress is not None and self._progress.busy():
             self._progress.submit(job).wait()
         else:
             job()
 
     def _start(self, job):
+        self._usable()
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
             # A progress thread would call MPI beside the caller, which needs THREAD_MULTIPLE.
             log.info("collectives: MPI thread level below THREAD_MULTIPLE; nonblocking "
@@ -306,26 +329,15 @@ class Comm:
 
     # ---- all-reduce ----------------------------------------------------------------------
 
-    def _fast_plan(self, n, dtype, op, algorithm):
-        """Everything AllreduceFast needs for (n, dtype, op), or None to use the general path."""
-        try:
-            opc, dt = check_op(op, dtype)
-        except (TypeError, ValueError, Native):
-            return None
-        algo = self._choose("allreduce", algorithm, n, n * dtype.itemsize)
-        steps, tmp_count, nreq = plan(algo.name, self.rank, self.size, n)
-        if self.size == 1:
-            steps = steps[:0]
-        return (steps, dt, opc, tmp_count * dtype.itemsize, nreq, algo.reads_in and self.size > 1,
-                algo.name)
-
-    def _fast_for(self, algorithm):
-        """The AllreduceFast serving per-call choice ``algorithm`` (None: comm, env, auto)."""
-        resolve_name("allreduce", algorithm)
-        fast = AllreduceFast(self._coll, self, functools.partial(self._fast_plan, algorithm=algorithm),
-                             TAG["allreduce"])
-        self._fast[algorithm] = fast
-        return fast
+    def _plan_fast(self, collective, algorithm, count, nbytes, uniform, args, op=None, dtype=None):
+        """What the fast path caches for one call shape: (steps, tmp_count, nreq, reads_in,
+        name, index of the algorithm); ``op`` and ``dtype`` codes of a reduction are checked."""
+        if op is not None and not supports(OP_NAMES[op], DTYPES[dtype]):
+            raise TypeError(f"{collective}: op {OP_NAMES[op]} is not defined on {np.dtype(DTYPES[dtype])}")
+        algo = self._choose(collective, algorithm, count, nbytes, uniform)
+        steps, tmp_count, nreq = plan(algo.name, self.rank, self.size, *args)
+        return (steps, tmp_count, nreq, algo.reads_in, algo.name,
+                names(collective).index(algo.name))
 
     @_agreed("allreduce", lambda sendbuf, recvbuf, op, algorithm: ("Allreduce", sendbuf, recvbuf, op))
     def _allreduce_job(self, sendbuf, recvbuf, op, algorithm):
@@ -354,10 +366,8 @@ class Comm:
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op`` into ``recvbuf`` of every rank."""
-        if NATIVE and not self.check:
-            fast = self._fast.get(algorithm) or self._fast_for(algorithm)
-            if fast(sendbuf, recvbuf, op):
-                return
+        if self._fast is not None and self._fast.allreduce(sendbuf, recvbuf, op, algorithm):
+            return
         self._run(self._allreduce_job(sendbuf, recvbuf, op, algorithm))
 
     def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
@@ -382,6 +392,8 @@ class Comm:
 
     def Bcast(self, buf, root=0, algorithm=None):
         """Broadcast ``buf`` of rank ``root`` into ``buf`` of every rank."""
+        if self._fast is not None and self._fast.bcast(buf, root, algorithm):
+            return
         self._run(self._bcast_job(buf, root, algorithm))
 
     def Ibcast(self, buf, root=0, algorithm=None):
@@ -422,6 +434,8 @@ class Comm:
 
     def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, root=0, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op`` into ``recvbuf`` of rank ``root``."""
+        if self._fast is not None and self._fast.reduce(sendbuf, recvbuf, op, root, algorithm):
+            return
         self._run(self._reduce_job(sendbuf, recvbuf, op, root, algorithm))
 
     def Ireduce(self, sendbuf, recvbuf, op=MPI.SUM, root=0, algorithm=None):
@@ -492,6 +506,8 @@ class Comm:
 
     def Allgather(self, sendbuf, recvbuf, algorithm=None):
         """Gather ``sendbuf`` of every rank, in rank order, into ``recvbuf`` of every rank."""
+        if self._fast is not None and self._fast.allgather(sendbuf, recvbuf, algorithm):
+            return
         self._run(self._allgather_job(sendbuf, recvbuf, algorithm, vector=False))
 
     def Iallgather(self, sendbuf, recvbuf, algorithm=None):
@@ -559,10 +575,15 @@ class Comm:
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op``; rank i receives block i."""
+        if self._fast is not None and self._fast.reduce_scatter(sendbuf, recvbuf, None, op, algorithm):
+            return
         self._run(self._reduce_scatter_job(sendbuf, recvbuf, None, op, algorithm, "Reduce_scatter_block"))
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op``; rank i receives ``recvcounts[i]`` elements."""
+        if (self._fast is not None and recvcounts is not None
+                and self._fast.reduce_scatter(sendbuf, recvbuf, recvcounts, op, algorithm)):
+            return
         self._run(self._reduce_scatter_job(sendbuf, recvbuf, recvcounts, op, algorithm, "Reduce_scatter"))
 
     def Ireduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
@@ -661,6 +682,8 @@ class Comm:
 
     def Gather(self, sendbuf, recvbuf, root=0, algorithm=None):
         """Gather ``sendbuf`` of every rank, in rank order, into ``recvbuf`` of rank ``root``."""
+        if self._fast is not None and self._fast.gather(sendbuf, recvbuf, root, algorithm):
+            return
         self._run(self._gather_job(sendbuf, recvbuf, root, algorithm, vector=False))
 
     def Gatherv(self, sendbuf, recvbuf, root=0, algorithm=None):
@@ -706,6 +729,8 @@ class Comm:
 
     def Scatter(self, sendbuf, recvbuf, root=0, algorithm=None):
         """Scatter block i of ``sendbuf`` at rank ``root`` to ``recvbuf`` of rank i."""
+        if self._fast is not None and self._fast.scatter(sendbuf, recvbuf, root, algorithm):
+            return
         self._run(self._scatter_job(sendbuf, recvbuf, root, algorithm, vector=False))
 
     def Scatterv(self, sendbuf, recvbuf, root=0, algorithm=None):
@@ -727,6 +752,8 @@ class Comm:
 
     def Barrier(self, algorithm=None):
         """Block until every rank has entered the barrier."""
+        if self._fast is not None and self._fast.barrier(algorithm):
+            return
         self._run(self._barrier_job(algorithm))
 
     def Ibarrier(self, algorithm=None):

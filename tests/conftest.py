@@ -78,12 +78,32 @@ def mpi_comm(request):
     comm.Free()
 
 
+# Modules whose matrices also run with check=False (the benchmarked configuration); the
+# others run in the default configuration only, to keep the suite's time down.  Tests of
+# the check itself (cross-rank mismatches, errors other ranks must see) keep it on.
+BOTH_CONFIGURATIONS = {"test_allreduce", "test_bcast", "test_reduce", "test_allgather",
+                       "test_reduce_scatter", "test_gather_scatter", "test_fast_path"}
+CHECK_TESTS = ("mismatch", "bad_arguments")
+
+
+def pytest_generate_tests(metafunc):
+    if ("check" in metafunc.fixturenames and metafunc.module.__name__ in BOTH_CONFIGURATIONS
+            and not any(word in metafunc.function.__name__ for word in CHECK_TESTS)):
+        metafunc.parametrize("check", [True, False], ids=["check", "nocheck"], scope="module")
+
+
 @pytest.fixture(scope="module")
-def comm(mpi_comm):
-    """collectives.Comm over ``mpi_comm``."""
+def check():
+    """Whether ``comm`` agrees on arguments across ranks (parametrised in BOTH_CONFIGURATIONS)."""
+    return True
+
+
+@pytest.fixture(scope="module")
+def comm(mpi_comm, check):
+    """collectives.Comm over ``mpi_comm``, with the cross-rank check on or off."""
     from collectives import Comm
 
-    c = Comm(mpi_comm)
+    c = Comm(mpi_comm, check=check)
     yield c
     c.Free()
 

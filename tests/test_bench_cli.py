@@ -1,6 +1,6 @@
 """The installed benchmark command: it runs from any directory with a clean PYTHONPATH, its
 OSU and nccl-tests output parses as those tools' output does, and its repeat and plot modes
-work end to end.  Each test launches its own jobs, so they run in the 1-rank launch only."""
+work end to end.  Each test launches its own jobs, so each runs on one rank of the suite's launch."""
 import os
 import subprocess
 import sys
@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from bench import launches
-from launch import _KEEP, _LAUNCHER_PREFIXES, mpiexec, only_one_rank
+from tests.launch import clean_env, mpiexec
+from tests.single_process import one_rank  # noqa: F401 (autouse fixture: each test on one rank)
 
 BIN = os.path.dirname(sys.executable)
 COMMAND = os.path.join(BIN, "collectives-bench")
@@ -18,8 +19,8 @@ installed = pytest.mark.skipif(not os.path.exists(COMMAND),
 
 def _run(args, cwd, timeout=300):
     """Run ``args`` in ``cwd`` without PYTHONPATH and outside this job's launcher."""
-    env = {k: v for k, v in os.environ.items()
-           if k != "PYTHONPATH" and (k in _KEEP or not k.startswith(_LAUNCHER_PREFIXES))}
+    env = clean_env()
+    env.pop("PYTHONPATH")
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -33,7 +34,6 @@ def test_child_argv():
     assert launches.child_argv(argv) == ["allreduce", "-m", "8:64"]
 
 
-@only_one_rank
 @installed
 def test_import_and_help_from_any_directory(tmp_path):
     got = _run([sys.executable, "-c", "import collectives, bench.cli; print(collectives.__file__)"], tmp_path)
@@ -45,7 +45,6 @@ def test_import_and_help_from_any_directory(tmp_path):
     assert got.returncode != 0 and "minimum above maximum" in got.stderr
 
 
-@only_one_rank
 @installed
 def test_sweep_outputs_parse(tmp_path):
     common = ["-m", "8:64", "-i", "4", "-x", "1", "--budget", "0.2", "--no-json", "-q"]
@@ -65,7 +64,6 @@ def test_sweep_outputs_parse(tmp_path):
     assert got.stdout.count("# Avg bus bandwidth    :") == 3
 
 
-@only_one_rank
 @installed
 def test_launches_and_plot(tmp_path):
     got = _run([COMMAND, "--launches", "2", "-np", "2", "allreduce", "-m", "8:8", "-i", "3", "-a", "auto",
