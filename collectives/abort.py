@@ -15,10 +15,13 @@ does for mpi4py).  ``python -m collectives ...`` installs it for its own command
 import os
 import sys
 import threading
+import time
 import traceback
 
 # The exit status a job aborted by an uncaught exception ends with (mpiexec passes it on).
 EXIT_STATUS = 1
+# Seconds between printing the report and aborting, so the launcher forwards the report.
+FORWARD_S = 0.25
 
 _previous = None
 
@@ -43,6 +46,9 @@ def abort(exc_type, exc, tb, thread=None):
                      f"{exc_type.__name__}{where}; aborting the job (MPI_Abort, exit status "
                      f"{EXIT_STATUS})\n" + "".join(lines))
     sys.stderr.flush()
+    # MPI_Abort makes the launcher kill every rank, and Hydra was seen to drop the output its
+    # proxy had not forwarded yet (about one run in ten): give it a moment to pass this on.
+    time.sleep(FORWARD_S)
     if MPI.Is_initialized() and not MPI.Is_finalized():
         MPI.COMM_WORLD.Abort(EXIT_STATUS)
     os._exit(EXIT_STATUS)
