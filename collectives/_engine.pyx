@@ -381,10 +381,14 @@ cdef int resolve(object spec, bint writable, Py_ssize_t blocks, bint displ_ok, A
     return 1
 
 
+cdef inline bint shares(const Arg *a, const Arg *b) noexcept:
+    """Whether the two buffers share any byte."""
+    return a.ptr < b.ptr + b.count * b.size and b.ptr < a.ptr + a.count * a.size
+
+
 cdef inline bint overlap(const Arg *a, const Arg *b) noexcept:
     """Partial overlap (exact aliasing is in place, handled by the callers)."""
-    return (a.ptr != b.ptr and a.ptr < b.ptr + b.count * b.size
-            and b.ptr < a.ptr + a.count * a.size)
+    return a.ptr != b.ptr and shares(a, b)
 
 
 cdef inline int op_code(object op) noexcept:
@@ -540,14 +544,18 @@ cdef class Fast:
         name = self.names[coll]
         if v[0]:
             raise ValueError(f"{name}: invalid arguments on another rank (it raised the details)")
+        for i in range(w + 2):
+            if v[1 + i] != -v[3 + w + i]:
+                break
+        else:
+            return 0
+        from collectives.comm import disagreement  # only when the ranks disagree
+
         keys = ("collective", "algorithm") + keys
         if counts:
             keys += tuple(f"count{i}" for i in range(self.size))
-        bad = [f"{keys[i]} ranges {-v[3 + w + i]}..{v[1 + i]}" for i in range(len(keys))
-               if v[1 + i] != -v[3 + w + i]]
-        if bad:
-            raise ValueError(f"{name}: arguments differ across ranks: " + ", ".join(bad))
-        return 0
+        raise ValueError(disagreement(name, list(keys), [-v[3 + w + i] for i in range(len(keys))],
+                                      [v[1 + i] for i in range(len(keys))]))
 
     cdef int launch(self, int coll, _Plan pl, char *acc, char *inp, int dtype, int op) except -1:
         """Run ``pl`` over ACC, TMP and IN; a failure marks the Comm unusable."""
@@ -705,7 +713,8 @@ cdef class Fast:
                 if not resolve(sendbuf, False, 1, True, &send, &views[nheld], &nheld):
                     return False
                 c = send.count
-                if recv.count != c * p or send.dtype != recv.dtype or overlap(&send, &recv):
+                # Any overlap: the general path raises (only IN_PLACE puts the own block in recvbuf).
+                if recv.count != c * p or send.dtype != recv.dtype or shares(&send, &recv):
                     return False
             bytes_each = c * recv.size
             pl = self.plan(ALLGATHER, algorithm, (ALLGATHER, algorithm, bytes_each),
@@ -809,7 +818,7 @@ cdef class Fast:
                     own.ptr = (whole.ptr + self.rank * c * whole.size if gather
                                else self.scratch(True, c * whole.size))
                 elif (not resolve(own_spec, not gather, 1, True, &own, &views[nheld], &nheld)
-                      or own.dtype != whole.dtype or own.count != c or overlap(&own, &whole)):
+                      or own.dtype != whole.dtype or own.count != c or shares(&own, &whole)):
                     return False
             elif not resolve(own_spec, not gather, 1, True, &own, &views[0], &nheld):
                 return False

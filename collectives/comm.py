@@ -88,6 +88,29 @@ def _agreed(collective, native):
     return decorate
 
 
+def _choices(collective):
+    """The algorithm indices the agreement uses: the table's names, then "native"."""
+    return names(collective) + ["native"]
+
+
+def disagreement(collective, keys, lo, hi):
+    """What the argument agreement reports, or None when all ranks agree: ``lo`` and ``hi``
+    are, per key, the least and greatest value over the ranks (the first two keys are the
+    collective and the algorithm).  Shared by Comm._agree and the fast path's agreement."""
+    # Fields mean something only between ranks running the same collective and algorithm
+    # (a native call agrees on none), and ranks differing there may have different keys.
+    if lo[0] != hi[0] or lo[1] != hi[1]:
+        keys = keys[:2]
+    bad = [f"{k} ranges {lo[i]}..{hi[i]}" for i, k in enumerate(keys) if lo[i] != hi[i]]
+    if lo[0] == hi[0] and lo[1] != hi[1]:
+        choices = _choices(collective)
+        bad[0] += (f" ({choices[lo[1]]}..{choices[hi[1]]}; 'native' is MPI's own call, "
+                   "taken for arguments no algorithm covers)")
+    if not bad:
+        return None
+    return f"{collective}: arguments differ across ranks: " + ", ".join(bad)
+
+
 def _check_root(root, size, name):
     if not isinstance(root, (int, np.integer)) or not 0 <= root < size:
         raise ValueError(f"{name}: invalid root {root!r} for a communicator of size {size}")
@@ -280,9 +303,8 @@ class Comm:
         if len(fields) > width:
             raise RuntimeError(f"{collective}: {len(fields)} fields to agree on, room for {width}")
         unknown = 1 << 62
-        choices = names(collective) + ["native"]
         head = [int(error), _COLLECTIVE_INDEX[collective],
-                0 if algo is None else choices.index(getattr(algo, "name", algo))]
+                0 if algo is None else _choices(collective).index(getattr(algo, "name", algo))]
         values = list(fields.values()) + [0] * (width - len(fields))
         hi = head + [-unknown if v is None else int(v) for v in values]
         lo = head[1:] + [unknown if v is None else int(v) for v in values]
@@ -293,17 +315,9 @@ class Comm:
             if error:
                 return
             raise ValueError(f"{collective}: invalid arguments on another rank (it raised the details)")
-        # Fields mean something only between ranks running the same collective and algorithm
-        # (a native call agrees on none), and ranks differing there may have different keys.
-        keys = ["collective", "algorithm"] + list(fields)
-        if lo[0] != hi[0] or lo[1] != hi[1]:
-            keys = keys[:2]
-        bad = [f"{k} ranges {lo[i]}..{hi[i]}" for i, k in enumerate(keys) if lo[i] != hi[i]]
-        if lo[0] == hi[0] and lo[1] != hi[1]:
-            bad[0] += (f" ({choices[lo[1]]}..{choices[hi[1]]}; 'native' is MPI's own call, "
-                       "taken for arguments no algorithm covers)")
-        if bad:
-            raise ValueError(f"{collective}: arguments differ across ranks: " + ", ".join(bad))
+        message = disagreement(collective, ["collective", "algorithm"] + list(fields), lo, hi)
+        if message:
+            raise ValueError(message)
 
     def _usable(self):
         if self._broken is not None:

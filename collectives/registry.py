@@ -167,6 +167,12 @@ PLAN_OVERHEAD = 640
 _PLANS = ByteLRU()
 
 
+def clear_plans():
+    """Drop every cached schedule, so the next calls rebuild them (after changing the message
+    split limit ``schedule.MAX_COUNT``, say)."""
+    _PLANS.clear()
+
+
 def plan(name, rank, size, *args):
     """The schedule of algorithm ``name`` for one rank: (steps, tmp_count, nreq).
 

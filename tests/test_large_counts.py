@@ -27,9 +27,9 @@ def lowered():
     caches schedules, so it is cleared on the way in and out."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(schedule, "MAX_COUNT", LIMIT)
-        registry.plan.cache_clear()
+        registry.clear_plans()
         yield
-    registry.plan.cache_clear()
+    registry.clear_plans()
 
 
 # ---- schedules, without MPI ---------------------------------------------------------------
@@ -124,97 +124,19 @@ def test_sendrecv_while_pending():
         s.sendrecv(1, (0, 0, 4), 1, (1, 0, 4))
 
 
-class Rendezvous(symbolic.Machine):
-    """test_schedules' machine, but MPI buffers nothing: a send completes only once the
-    matching receive has taken it, and a posted receive takes its message whatever its
-    rank is doing meanwhile, as MPI's progress does."""
-
-    def __init__(self, *args):
-        super().__init__(*args)
-        self.posted = [[] for _ in range(self.p)]
-
-    def _send(self, r, dest, buf, off, cnt):
-        msg = {"data": self.bufs[r][buf][off:off + cnt], "done": False}
-        self.channels.setdefault((r, dest), []).append(msg)
-        return msg
-
-    def _post(self, r, source, buf, off, cnt):
-        rec = {"source": source, "at": (buf, off, cnt), "done": False}
-        self.posted[r].append(rec)
-        return rec
-
-    def _match(self):
-        """Each posted receive, in posting order, takes the oldest message from its source."""
-        for r in range(self.p):
-            for rec in self.posted[r]:
-                queue = self.channels.get((rec["source"], r))
-                if queue:
-                    msg = queue.pop(0)
-                    buf, off, cnt = rec["at"]
-                    assert len(msg["data"]) == cnt, f"rank {r} expects {cnt} elements, gets {len(msg['data'])}"
-                    self.bufs[r][buf][off:off + cnt] = msg["data"]
-                    msg["done"] = rec["done"] = True
-            self.posted[r] = [rec for rec in self.posted[r] if not rec["done"]]
-
-    def _step(self, r, row, state):
-        kind, ab, ao, ac, ap, bb, bo, bc, bp = row
-        if kind in (REDUCE, COPY):
-            return super()._step(r, row, state)
-        if kind == ISEND:
-            state["posted"].append(self._send(r, ap, ab, ao, ac))
-            return True
-        if kind == IRECV:
-            state["posted"].append(self._post(r, bp, bb, bo, bc))
-            return True
-        if kind == SENDRECV and not state["sent"]:
-            state["sent"] = [self._send(r, ap, ab, ao, ac)] if ap != NONE else []
-            state["sent"] += [self._post(r, bp, bb, bo, bc)] if bp != NONE else []
-        self._match()
-        waiting = "sent" if kind == SENDRECV else "posted"
-        if not all(x["done"] for x in state[waiting]):
-            return False
-        state[waiting] = False if kind == SENDRECV else []
-        return True
+SYMBOLIC = {c: getattr(symbolic, f"test_{c}_schedule") for c in registry.ALGORITHMS}
 
 
-@pytest.fixture
-def rendezvous(monkeypatch):
-    """test_schedules' symbolic checks on the Rendezvous machine."""
-    monkeypatch.setattr(symbolic, "Machine", Rendezvous)
-
-
+@symbolic.MODELS
 @pytest.mark.parametrize("limit", [2, schedule.INT_MAX], ids=["split", "whole"])
-def test_symbolic_rendezvous(rendezvous, monkeypatch, limit):
-    """The all-reduce, all-gather and reduce-scatter checks of test_schedules, split or not,
-    with no buffering in MPI: every result right, no deadlock, no message left over."""
-    monkeypatch.setattr(schedule, "MAX_COUNT", limit)
-    for algorithm in registry.ALGORITHMS["allreduce"]:
-        symbolic.test_allreduce_schedule(algorithm)
-    for algorithm in registry.ALGORITHMS["allgather"]:
-        symbolic.test_allgather_schedule(algorithm)
-    for algorithm in registry.ALGORITHMS["reduce_scatter"]:
-        symbolic.test_reduce_scatter_schedule(algorithm)
-
-
-@pytest.mark.parametrize("limit", [2, schedule.INT_MAX], ids=["split", "whole"])
-@pytest.mark.parametrize("collective", ["bcast", "reduce", "gather", "scatter", "barrier"])
-def test_rooted_rendezvous(monkeypatch, collective, limit):
-    """The other collectives on the Rendezvous machine: no deadlock, no message left over,
-    and a broadcast that leaves the root's data everywhere."""
+@pytest.mark.parametrize("collective", list(SYMBOLIC))
+def test_symbolic(monkeypatch, collective, limit, eager):
+    """test_schedules' checks of every algorithm, with messages split into pieces of at most
+    two elements or whole, with MPI buffering eager sends or none: every result right, no
+    deadlock, no message left over."""
     monkeypatch.setattr(schedule, "MAX_COUNT", limit)
     for algorithm in registry.ALGORITHMS[collective]:
-        for p in symbolic.RANKS:
-            for n in (1, 5, 2 * p + 3):
-                args = _args(collective, p, n)
-                size = sum(args[0]) if collective in ("gather", "scatter") else n
-                root_data = [f"r{i}" for i in range(size)]
-
-                def buffers(r):
-                    return (list(root_data) if collective != "bcast" or r == args[-1]
-                            else [None] * size), list(root_data)
-                out = Rendezvous(algorithm, p, args, buffers).run()
-                if collective == "bcast":
-                    assert all(o == root_data for o in out), (algorithm.name, p, n)
+        SYMBOLIC[collective](algorithm, eager)
 
 
 # ---- under mpiexec, against native MPI ------------------------------------------------------
@@ -321,21 +243,6 @@ def test_gather_scatter(mpi_comm, algorithm):
         if got is not None:
             assert np.array_equal(got, want), f"{algorithm} n={n}"
     comm.Free()
-
-
-def test_rendezvous_catches_deadlock():
-    """Two ranks that both send before they receive deadlock when MPI buffers nothing."""
-    class HeadToHead:
-        name = "head_to_head"
-
-        @staticmethod
-        def build(s, n):
-            s.send(1 - s.rank, 0, 0, n)
-            s.recv(1 - s.rank, 0, 0, n)
-
-    with pytest.raises(AssertionError, match="deadlock"):
-        Rendezvous(HeadToHead, 2, (3,), lambda r: ([r] * 3, None)).run()
-    assert symbolic.Machine(HeadToHead, 2, (3,), lambda r: ([r] * 3, None)).run() == [[1] * 3, [0] * 3]
 
 
 @pytest.mark.parametrize("call", ["push", "receive", "pull", "serve"])
