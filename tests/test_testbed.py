@@ -71,3 +71,14 @@ def test_two_nodes_one_rank_each_then_nothing_left():
     finally:
         subprocess.run([TESTBED, "down"], env=env, check=True, timeout=60)
     assert namespaces() == []
+
+
+@ROOT_ONE_RANK
+def test_failed_run_tears_down():
+    if namespaces():
+        pytest.skip(f"a testbed is up already (bench-net running?): {namespaces()}")
+    env = dict(os.environ, PYTHON="false", RATES="1gbit", LAYOUTS="2x1")
+    out = subprocess.run(["bash", os.path.join(NET, "bench_net.sh")], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "2 node(s) up" in out.stdout, out
+    assert namespaces() == []

@@ -24,7 +24,11 @@ if ! why=$("$TESTBED" check); then
     echo "bench-net: skipped, nothing measured: ${why#testbed: }"
     exit 0
 fi
-"$TESTBED" down  # leftovers of an interrupted run
+if [ -n "$("$TESTBED" list)" ]; then
+    # Not removed here: they may belong to a run still going.
+    echo "bench-net: ctb-* namespaces exist (another run?); 'make bench-net-clean' removes them" >&2
+    exit 1
+fi
 trap '"$TESTBED" down' EXIT
 
 # Oversubscribed ranks: MPICH's own shared-memory collectives spin (NOTES.md), so the native

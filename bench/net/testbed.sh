@@ -24,6 +24,7 @@
 #   testbed.sh check                       exit 0 if the testbed can be built, else say why
 #   testbed.sh up NODES RATE [DELAY [LOSS]] e.g. up 4 1gbit 50us 0
 #   testbed.sh mpiexec NODES K CMD...      run CMD on NODES nodes x K ranks (mpiexec in ctb-sw)
+#   testbed.sh list                        the ctb-* namespaces that exist
 #   testbed.sh down                        remove every ctb-* namespace (idempotent)
 set -euo pipefail
 
@@ -79,7 +80,7 @@ up() {
     local nodes=$1 rate=$2 delay=${3:-50us} loss=${4:-0} netem=1 i
     [[ $nodes =~ ^[0-9]+$ ]] && [ "$nodes" -ge 1 ] && [ "$nodes" -le 200 ] ||
         die "NODES must be 1..200, got '$nodes'"
-    ip netns list | grep -q "^$PREFIX-" && die "ctb-* namespaces exist already; run 'testbed.sh down'"
+    [ -z "$(list)" ] || die "ctb-* namespaces exist already (another run?); 'make bench-net-clean' removes them"
     if ! has_netem; then
         netem=0
         [ "$loss" = 0 ] || die "loss $loss% requested but the kernel has no sch_netem"
@@ -103,10 +104,14 @@ up() {
     echo "testbed: $nodes node(s) up, links $rate, delay $([ $netem = 1 ] && echo "$delay" || echo none), loss $loss%"
 }
 
+list() {
+    ip netns list | awk '{print $1}' | grep "^$PREFIX-" || true
+}
+
 down() {
     local ns
     [ "$(id -u)" = 0 ] || { echo "testbed: not root, nothing removed"; return 0; }
-    for ns in $(ip netns list | awk '{print $1}' | grep "^$PREFIX-" || true); do
+    for ns in $(list); do
         ip netns del "$ns"
     done
 }
@@ -125,7 +130,8 @@ run_mpiexec() {
 case ${1:-} in
     check) check ;;
     up) shift; up "$@" ;;
+    list) list ;;
     down) down ;;
     mpiexec) shift; run_mpiexec "$@" ;;
-    *) die "usage: testbed.sh check | up NODES RATE [DELAY [LOSS]] | mpiexec NODES K CMD... | down" ;;
+    *) die "usage: testbed.sh check | up NODES RATE [DELAY [LOSS]] | mpiexec NODES K CMD... | list | down" ;;
 esac
