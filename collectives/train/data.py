@@ -8,10 +8,14 @@ import os
 import sys
 
 import numpy as np
+from mpi4py import MPI
 
 from .errors import UsageError
 
 DIGITS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "digits.svm")
+# Reproducible mode: the training rows are cut into this many shards by row number, whatever
+# the rank count; every sum over rows is a sum per shard, then a fixed tree over the shards.
+SHARDS = 8
 
 
 def issparse(X):
@@ -72,18 +76,70 @@ def redistribute(comm, part, dest):
     return Part(X[keep], y[keep], rows[keep])
 
 
-def standardize(comm, parts, dense=True):
+def shard_of(rows, n):
+    """The shard (0 .. SHARDS - 1) of each of the global row numbers ``rows`` out of ``n``: contiguous blocks."""
+    return np.asarray(rows, np.int64) * SHARDS // max(n, 1)
+
+
+def by_shard(comm, part):
+    """``part``'s rows moved so each shard lives on one rank (shard s on rank s * size // SHARDS).
+
+    Returns ``part`` itself when every rank already holds whole shards only there.
+    """
+    n = comm.allreduce(len(part))
+    dest = shard_of(part.rows, n) * comm.Get_size() // SHARDS
+    if comm.allreduce(bool(np.any(dest != comm.Get_rank())), op=MPI.LOR):
+        return redistribute(comm, part, dest)
+    return part
+
+
+def tree_sum(partials):
+    """Sum of ``partials`` over axis 0 in a fixed pairwise tree: the same bits on every rank."""
+    a = np.asarray(partials)
+    while a.shape[0] > 1:
+        half = a.shape[0] // 2
+        a = np.concatenate([a[:half] + a[half:2 * half], a[2 * half:]])
+    return a[0]
+
+
+def shard_partials(shard, size, partial):
+    """[SHARDS, size] array: row s is ``partial(local index of shard s's rows)``, zero for shards not held here.
+
+    ``shard`` gives each local row's shard; each rank must hold whole shards (by_shard).  Summed
+    over ranks, each row is non-zero on one rank alone, and x + 0 is exact whatever the
+    all-reduce algorithm; tree_sum then adds the shards up.  So the total's bits depend on
+    neither the rank count nor the algorithm.
+    """
+    out = np.zeros((SHARDS, size))
+    for s in np.unique(shard):
+        out[s] = partial(np.flatnonzero(shard == s))
+    out += 0.0  # -0.0 becomes +0.0, so adding another rank's +0.0 cannot flip a sign bit
+    return out
+
+
+def standardize(comm, parts, dense=True, reproducible=False):
     """(parts, mean, std): features scaled to zero mean, unit variance by ``parts[0]``'s statistics.
 
     Statistics are over every rank's rows.  Constant features are centred and left
     unscaled.  ``dense=False`` keeps sparse rows sparse by scaling without centring.
+    ``reproducible`` sums shard by shard (shard_sums; ``parts[0]`` must be by_shard).
     """
     X = parts[0].X
     n = comm.allreduce(X.shape[0])
-    sums = np.vstack([np.asarray(X.sum(0)).ravel(), np.asarray(X.multiply(X).sum(0) if issparse(X)
-                                                               else (X * X).sum(0)).ravel()])
-    total = np.empty_like(sums)
-    comm.Allreduce(sums, total)
+
+    def sums_of(index):
+        Xi = X[index]
+        return np.concatenate([np.asarray(Xi.sum(0)).ravel(),
+                               np.asarray(Xi.multiply(Xi).sum(0) if issparse(Xi) else (Xi * Xi).sum(0)).ravel()])
+
+    if reproducible:
+        total = shard_partials(shard_of(parts[0].rows, n), 2 * X.shape[1], sums_of)
+        comm.Allreduce(MPI.IN_PLACE, total)
+        total = tree_sum(total).reshape(2, -1)
+    else:
+        sums = sums_of(slice(None)).reshape(2, -1)
+        total = np.empty_like(sums)
+        comm.Allreduce(sums, total)
     mean = total[0] / max(n, 1)
     var = np.maximum(total[1] / max(n, 1) - mean * mean, 0)
     std = np.sqrt(var)

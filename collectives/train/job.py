@@ -27,8 +27,11 @@ class Prepared:
 
 
 def prepare(comm, path=D.DIGITS, classify=True, test_fraction=0.2, seed=0, standardize=True,
-            partition="iid", shards=2, zero_based="auto"):
+            partition="iid", shards=2, zero_based="auto", reproducible=False):
     """Read ``path`` in parallel and make the seeded train/test split, scaling and partition.
+
+    ``reproducible`` deals the training rows in fixed shards (data.by_shard) and sums the
+    scaling statistics shard by shard, so the scaled data has the same bits at any rank count.
 
     DataError, on every rank and before any training, when the data cannot be trained on: no
     rows, fewer rows than ranks, a single class for a classifier, no training rows left.
@@ -36,6 +39,8 @@ def prepare(comm, path=D.DIGITS, classify=True, test_fraction=0.2, seed=0, stand
     raw = comm.comm if isinstance(comm, Comm) else comm
     if partition not in ("iid", "skew"):
         raise UsageError(f"unknown partition {partition!r}; 'iid' or 'skew'")
+    if reproducible and partition != "iid":
+        raise UsageError("--reproducible deals rows in fixed shards: it cannot --partition skew")
     # standardised features are dense anyway: reading them dense spares SciPy's import
     ds = read_libsvm(path, raw, zero_based=zero_based, dense=standardize)
     if ds.n_total == 0:
@@ -52,9 +57,11 @@ def prepare(comm, path=D.DIGITS, classify=True, test_fraction=0.2, seed=0, stand
     n_train = raw.allreduce(len(train))
     if n_train == 0:
         raise DataError(f"{path}: test fraction {test_fraction} of {ds.n_total} rows leaves no training rows")
+    if reproducible:
+        train = D.by_shard(raw, train)
     mean = std = None
     if standardize:
-        (train, test), mean, std = D.standardize(raw, [train, test])
+        (train, test), mean, std = D.standardize(raw, [train, test], reproducible=reproducible)
     if partition == "skew":
         train = D.label_skew(raw, train, shards, seed)
     return Prepared(train, test, labels, mean, std, ds.X.shape[1], n_train)
@@ -137,6 +144,9 @@ def parser():
     a("--test-fraction", type=_fraction, default=0.2, help="share of rows held out for testing, in [0, 1)")
     a("--no-standardize", action="store_true", help="keep features as read (sparse)")
     a("--seed", type=int, default=d["seed"])
+    a("--reproducible", action="store_true", default=None,
+      help="bit-identical parameters at any rank count and all-reduce algorithm (--sync sync; sgd, adam, "
+           "lbfgs); also COLLECTIVES_REPRODUCIBLE=1")
     a("--log-every", type=count, default=None, help="table row every N epochs (default: about 20 rows)")
     a("--checkpoint", default=None, help="checkpoint file (.npz)")
     a("--checkpoint-every", type=_at_least(0, int), default=0, help="checkpoint every N steps")
@@ -171,10 +181,10 @@ def _run(comm, args):
     if args.log_every is None:
         epochs = args.epochs or DEFAULT_EPOCHS[args.optimizer]
         options["log_every"] = max(1, epochs // 20)
-    check_options(options, MODELS[args.model], comm.size)  # before reading any data
+    options = check_options(options, MODELS[args.model], comm.size)  # before reading any data
     zero_based = {"auto": "auto", "yes": True, "no": False}[args.zero_based]
     prepared = prepare(comm, args.data, classify, args.test_fraction, args.seed, not args.no_standardize,
-                       args.partition, args.shards, zero_based)
+                       args.partition, args.shards, zero_based, options["reproducible"])
     trainer = make_trainer(comm, prepared, args.model, args.hidden, **options)
     if comm.rank == 0:
         print(f"{os.path.basename(args.data)}: {prepared.n_train} training rows, {prepared.n_features} features; "

@@ -29,7 +29,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import compression, p2p
-from . import optim
+from . import data as D, optim
 from .errors import DataError, UsageError, together
 
 DEFAULTS = dict(
@@ -37,7 +37,7 @@ DEFAULTS = dict(
     schedule="const", adam_decay=False, history=10, tol=1e-8, allreduce=None, compress="none",
     local_steps=8, client_fraction=1.0, local_epochs=1, servers=1, tau=0, bucket_kb=16.0,
     seed=0, log_every=1, checkpoint=None, checkpoint_every=0, resume=False, max_steps=None,
-    progress=None,
+    progress=None, reproducible=None,
 )
 SYNCS = ("sync", "ddp", "local", "fedavg", "ps", "gossip")
 DEFAULT_EPOCHS = {"lbfgs": 300, "newton": 30, "sgd": 30, "adam": 30}
@@ -97,6 +97,16 @@ def check_options(options, model, size):
     if o["sync"] == "ps" and not 1 <= o["servers"] < size:
         raise UsageError(f"the parameter server needs 1 <= servers < ranks, got servers={o['servers']} "
                          f"with {size} ranks")
+    if o["reproducible"] is None:
+        o["reproducible"] = os.environ.get("COLLECTIVES_REPRODUCIBLE", "") not in ("", "0")
+    if o["reproducible"]:
+        # the other models exchange whole models or stale gradients, whose sums follow the ranks
+        if o["sync"] != "sync":
+            raise UsageError(f"--reproducible supports --sync sync only, not {o['sync']}")
+        if o["optimizer"] == "newton":
+            raise UsageError("--reproducible supports sgd, adam and lbfgs, not newton")
+        if o["compress"] != "none":
+            raise UsageError("--reproducible cannot --compress (compressed sums depend on the ranks)")
     if o["epochs"] is None:
         o["epochs"] = DEFAULT_EPOCHS[o["optimizer"]]
     if o["lr"] is None:
@@ -146,11 +156,28 @@ class Trainer:
             out, self.compress_state = compression.allreduce(self.comm, g, self.compressor, self.compress_state)
         return out
 
+    def shard_sum(self, w, index, with_loss=False):
+        """Loss gradient (after the loss, ``with_loss``) summed over local rows ``index`` and over the
+        ranks, shard by shard in a fixed tree: the same bits at any rank count (reproducible mode)."""
+        def partial(at):
+            rows = index[at]
+            loss, g = self.model.loss_grad(w, self.train.X[rows], self.train.y[rows])
+            return np.concatenate(([loss], g)) if with_loss else g
+
+        with self.clock("compute"):
+            partials = D.shard_partials(self.shard[index], self.model.size + with_loss, partial)
+        self.allreduce(partials)
+        with self.clock("compute"):
+            return D.tree_sum(partials)
+
     def objective(self, w):
         """Global (F, G) at ``w``: mean loss over every training row plus the penalty."""
-        with self.clock("compute"):
-            loss, g = self.model.loss_grad(w, self.train.X, self.train.y)
-        buf = self.allreduce(np.concatenate(([loss], g)))
+        if self.o["reproducible"]:
+            buf = self.shard_sum(w, np.arange(len(self.train)), with_loss=True)
+        else:
+            with self.clock("compute"):
+                loss, g = self.model.loss_grad(w, self.train.X, self.train.y)
+            buf = self.allreduce(np.concatenate(([loss], g)))
         pen, pg = self.model.penalty(w, self.o["lam"])
         return buf[0] / self.n + pen, buf[1:] / self.n + pg
 
@@ -312,6 +339,9 @@ class Trainer:
         counts = np.array([len(self.train), 0 if self.test is None else len(self.test)])
         self.comm.comm.Allreduce(MPI.IN_PLACE, counts)
         self.n, self.n_test = (int(c) for c in counts)
+        if o["reproducible"]:
+            self.train = D.by_shard(self.comm.comm, self.train)
+            self.shard = D.shard_of(self.train.rows, self.n)
         if o["sync"] == "ps":
             from .ps import ParameterServer
             self.w = ParameterServer(self).run()
@@ -358,7 +388,10 @@ class Trainer:
     def _sync(self, w, opt, epoch0, step0):
         def step(epoch, s, item):
             index, count = item
-            g = self.sum_gradient(self.local_gradient(w, index))
+            if self.o["reproducible"]:
+                g = self.shard_sum(w, index)
+            else:
+                g = self.sum_gradient(self.local_gradient(w, index))
             opt.step(w, self.add_penalty(w, g / count))
         return self._loop(w, opt, epoch0, step0,
                           lambda e: self.global_batches(e, self.n, self.train.rows), step, lambda v: v)
