@@ -70,7 +70,10 @@ def prepare(comm, path=D.DIGITS, classify=True, test_fraction=0.2, seed=0, stand
 def make_trainer(comm, prepared, model="softmax", hidden=64, **options):
     """A Trainer for ``model`` on ``prepared`` data."""
     classes = 0 if prepared.classes is None else len(prepared.classes)
-    net = make_model(model, prepared.n_features, classes, hidden)
+    try:
+        net = make_model(model, prepared.n_features, classes, hidden)
+    except ValueError as exc:  # the model does not fit the data (logistic on more than two classes)
+        raise DataError(str(exc)) from exc
     return Trainer(comm, net, prepared.train, prepared.test, is_classifier=model in CLASSIFIERS, **options)
 
 
@@ -143,7 +146,7 @@ def parser():
     a("--bucket-kb", type=float, default=d["bucket_kb"], help="ddp: bucket size in KiB")
     a("--test-fraction", type=_fraction, default=0.2, help="share of rows held out for testing, in [0, 1)")
     a("--no-standardize", action="store_true", help="keep features as read (sparse)")
-    a("--seed", type=int, default=d["seed"])
+    a("--seed", type=_at_least(0, int), default=d["seed"])
     a("--reproducible", action="store_true", default=None,
       help="bit-identical parameters at any rank count and all-reduce algorithm (--sync sync; sgd, adam, "
            "lbfgs); also COLLECTIVES_REPRODUCIBLE=1")

@@ -209,7 +209,13 @@ class Newton:
 
     def iterate(self, w, F, G, f, hess):
         """One iteration from (w, F, G); ``hess(w)`` gives the global Hessian."""
-        d = -np.linalg.solve(hess(w), G)
+        H = hess(w)
+        try:
+            d = -np.linalg.solve(H, G)
+        except np.linalg.LinAlgError:
+            # singular: softmax's unpenalised intercepts are redundant (one constant added to every
+            # class changes nothing) and rounding does not always hide it; take the least-norm step
+            d = -np.linalg.lstsq(H, G, rcond=None)[0]
         slope = float(G @ d)
         a = 1.0
         self.t += 1

@@ -111,6 +111,8 @@ def check_options(options, model, size):
         o["epochs"] = DEFAULT_EPOCHS[o["optimizer"]]
     if o["lr"] is None:
         o["lr"] = DEFAULT_LR.get(o["optimizer"])
+    if o["seed"] < 0:
+        raise UsageError(f"seed must be non-negative, got {o['seed']}")
     if o["batch"] < 1:
         raise UsageError(f"batch must be positive, got {o['batch']}")
     return o
