@@ -21,7 +21,9 @@ def _debug(argv):
 def _say(prog, message, debug):
     if debug:
         traceback.print_exc()
-    print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+    # one line, whatever the message quotes (an argument or a file name may hold a line break)
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(message))
+    print(f"{prog}: error: {text}", file=sys.stderr, flush=True)
 
 
 def main(argv=None):

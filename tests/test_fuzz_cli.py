@@ -1,30 +1,32 @@
 """Fuzzing ``python -m collectives train``'s command line with hypothesis: every argument list
-trains, or stops with a usage error (status 2) or a data error (status 1) whose message is one
-line; never another exception, a hang or a crash.
+trains (status 0), or stops with a usage error (status 2) or a data error (status 1) in one
+line, ``collectives train: error: ...``, last on stderr; never another exception, a hang or a crash.
 
-Runs the job in this process (collectives.train.job.main, which is what ``python -m collectives
-train`` calls) on one rank, on a tiny data set with small sizes so each example takes a moment.
-Another exception would reach collectives.__main__ as an internal error and abort the launch.
+Runs ``collectives.__main__.main(["train", ...])`` in this process on one rank, on a tiny data
+set with small sizes so each example takes a moment.  There an unexpected exception would abort
+the launch (collectives.abort); here it fails the test instead.
 """
 import contextlib
 import io
 import os
 import signal
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from mpi4py import MPI
 
+import collectives.__main__ as cli
+from collectives import abort
 from collectives.compression import COMPRESSORS
-from collectives.train.errors import DataError, UsageError
-from collectives.train.job import main
 from collectives.train.models import MODELS
-from collectives.train.optim import OPTIMIZERS
+from collectives.train.optim import OPTIMIZERS, Newton
 from collectives.train.trainer import SYNCS
 
 pytestmark = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="one process; runs in the 1-rank launch")
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+PREFIX = "collectives train: error: "
 SECONDS = 60  # an example still running after this long is a hang
 
 # Three classes (so every model applies), 4 features, 24 rows.
@@ -70,7 +72,7 @@ def _values(paths, valid):
         "--checkpoint-every": ints(0, 4),
         "--partition": choice(["iid", "skew"]),
         "--seed": st.integers(0 if valid else -3, 2 ** 70).map(str),
-        "--checkpoint": st.sampled_from([paths["ckpt"], paths["bad_out"], paths["tiny"]]),
+        "--checkpoint": st.sampled_from([paths["ckpt"], paths["bad_out"], paths["not_ckpt"]]),
         "--metrics": st.sampled_from([paths["out"], paths["bad_out"]]),
         "--save": st.sampled_from([paths["out"], paths["bad_out"]]),
         **{flag: None for flag in ("--adam-decay", "--no-standardize", "--resume", "--reproducible",
@@ -84,8 +86,10 @@ def paths(tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzzcli")
     (root / "tiny.svm").write_text(TINY)
     (root / "empty.svm").write_text("")
+    (root / "not_ckpt").mkdir()  # a checkpoint path that can be neither read nor written
     return {"tiny": str(root / "tiny.svm"), "missing": str(root / "missing.svm"), "dir": str(root),
-            "empty": str(root / "empty.svm"), "ckpt": str(root / "ckpt.npz"), "out": str(root / "out.json"),
+            "empty": str(root / "empty.svm"), "not_ckpt": str(root / "not_ckpt"),
+            "ckpt": str(root / "ckpt.npz"), "out": str(root / "out.json"),
             "bad_out": str(root / "no" / "such" / "dir" / "x")}
 
 
@@ -104,48 +108,90 @@ class Hang(Exception):
     """An example ran longer than SECONDS."""
 
 
+class Bug(Exception):
+    """An exception other than a usage or data error reached ``python -m collectives``."""
+
+
 def _alarm(signum, frame):
     raise Hang(f"still running after {SECONDS} s")
 
 
+def _bug(exc_type, exc, tb, thread=None):
+    raise Bug(f"internal error: {exc_type.__name__}: {exc}") from exc
+
+
+@pytest.fixture
+def no_abort(monkeypatch):
+    """An internal error raises Bug here instead of aborting the launch (collectives.abort)."""
+    monkeypatch.setattr(abort, "install", lambda: None)
+    monkeypatch.setattr(abort, "abort", _bug)
+    monkeypatch.delenv("COLLECTIVES_DEBUG", raising=False)
+
+
 def _outcome(argv):
-    """'ran', 'help', or the UsageError / DataError raised; anything else propagates."""
+    """(exit status, stderr) of ``python -m collectives train ARGV``, run in this process."""
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(SECONDS)
-    out = io.StringIO()
+    out, err = io.StringIO(), io.StringIO()
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-            assert main(argv) == 0
-        return "ran"
-    except SystemExit as exc:  # --help alone exits, with status 0 and the usage printed
-        assert exc.code == 0 and "usage: python -m collectives train" in out.getvalue(), (argv, exc.code)
-        return "help"
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = cli.main(["train", *argv])
+    except SystemExit as exc:  # --help exits, with the usage printed
+        status = exc.code
+        assert status == 0 and "usage: python -m collectives train" in out.getvalue(), (argv, status)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+    return status, err.getvalue()
 
 
 def _check(argv, paths):
-    """The job on ``argv`` ran, printed help, or raised a one-line UsageError (2) / DataError (1)."""
+    """The job on ``argv`` exits 0, or 2 (usage) or 1 (data) with one error line, last on stderr."""
     try:
-        _outcome(argv)
-    except (UsageError, DataError) as exc:
-        assert exc.status == (2 if isinstance(exc, UsageError) else 1)
-        # collectives.__main__ prints "collectives train: error: <message>": one line
-        assert str(exc) and "\n" not in str(exc), (argv, str(exc))
+        status, err = _outcome(argv)
     finally:
         # each example starts without a checkpoint: --resume meets only this job's own
         with contextlib.suppress(FileNotFoundError):
             os.remove(paths["ckpt"])
+    assert status in (0, 1, 2), (argv, status, err)
+    if status:
+        lines = err.splitlines()
+        assert [line for line in lines if PREFIX in line] == lines[-1:], (argv, err)
+        if "--debug" not in argv:
+            assert "Traceback" not in err, (argv, err)
+    return status, err
 
 
 @FUZZ
 @given(data=st.data())
-def test_every_command_line_runs_or_fails_cleanly(paths, data):
+def test_every_command_line_runs_or_fails_cleanly(no_abort, paths, data):
     _check(_argv(data.draw, paths, valid=False), paths)
 
 
 @FUZZ
 @given(data=st.data())
-def test_every_parsed_command_line_trains_or_fails_cleanly(paths, data):
+def test_every_parsed_command_line_trains_or_fails_cleanly(no_abort, paths, data):
     _check(_argv(data.draw, paths, valid=True), paths)
+
+
+@pytest.mark.parametrize("argv,status,what", [
+    (["--seed", "-1"], 2, "argument --seed: must be at least 0, got -1"),
+    (["--model", "logistic"], 1, "model 'logistic' is binary but the data has 3 classes; use 'softmax'"),
+    (["a\nb"], 2, "unrecognized arguments: a\\nb"),
+    (["--optimizer", "newton"], 0, None),  # softmax's Hessian is singular here (redundant intercepts)
+], ids=["negative-seed", "logistic-three-classes", "line-break", "newton-singular"])
+def test_found_by_fuzzing(no_abort, paths, argv, status, what):
+    got, err = _check(["--data", paths["tiny"], "--epochs", "2", *argv], paths)
+    assert got == status, err
+    assert err == (f"{PREFIX}{what}\n" if what else "")
+
+
+def test_newton_on_a_singular_hessian_takes_the_least_norm_step():
+    H, G = np.ones((2, 2)), np.array([1.0, 1.0])
+
+    def f(w):
+        return 0.5 * w @ H @ w + G @ w, H @ w + G
+
+    wn, F, _ = Newton(2).iterate(np.zeros(2), 0.0, G, f, lambda w: H)
+    np.testing.assert_allclose(wn, -np.linalg.pinv(H) @ G)  # the pseudo-inverse's step: [-0.5, -0.5]
+    assert F == pytest.approx(-0.5)
