@@ -2,11 +2,12 @@
 
 * a job SIGKILLed while rank 0 is half-way through writing a checkpoint resumes from the
   previous complete one, to the very parameters of an uninterrupted run;
-* SIGTERM to one rank: every rank checkpoints at the same step and the job exits with
-  status 75; the resumed run ends bit-identical to an uninterrupted one (same rank count;
-  sync SGD is deterministic there);
+* SIGTERM to one rank (a sync worker; a parameter server's server): every rank checkpoints at
+  the same step and the job exits with status 75; the resumed run ends bit-identical to an
+  uninterrupted one (same rank count; sync SGD and the tau=0 server are deterministic there);
 * a checkpoint written at np=3 resumes at np=2 (sync and the parameter server, with another
-  number of servers), within rounding of the uninterrupted np=2 run of ``sync``;
+  number of servers), within rounding of the uninterrupted np=2 run of ``sync``; local SGD
+  at another rank count starts every rank from the average of the saved states;
 * nothing on the checkpoint path pickles: mpi4py's pickle raises while one is written or read.
 
 Under the suite's mpiexec each test runs on one rank (tests/single_process.py).
@@ -95,7 +96,9 @@ def test_interrupted_write_resumes_from_previous_checkpoint(tmp_path):
         assert sorted(pids) == [0, 1]
         for pid in pids.values():  # the machine dies: no rank gets to clean up
             os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
         proc.communicate(timeout=BOUND)
+        print(f"SIGKILL mid-write -> launch ended in {time.monotonic() - killed:.2f} s, status {proc.returncode}")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -108,14 +111,19 @@ def test_interrupted_write_resumes_from_previous_checkpoint(tmp_path):
     np.testing.assert_array_equal(weights(resumed), weights(whole))
 
 
-def test_sigterm_on_one_rank_checkpoints_and_resumes(tmp_path):
+@pytest.mark.parametrize("n,sync,rank", [(2, ["--sync", "sync"], 1), (3, ["--sync", "ps", "--tau", "0"], 2)],
+                         ids=["sync-rank1", "ps-server"])
+def test_sigterm_on_one_rank_checkpoints_and_resumes(tmp_path, n, sync, rank):
+    """SIGTERM to one rank only (a worker of sync SGD; the server of a parameter server):
+    status 75 on every rank after a checkpoint, then the resumed run ends bit-identical to an
+    uninterrupted one."""
     ckpt, whole, resumed = (str(tmp_path / n) for n in ("c.npz", "whole.npz", "resumed.npz"))
     metrics = str(tmp_path / "m.json")
-    options = [*SGD, "--epochs", "40", "--checkpoint", ckpt, "--checkpoint-every", "50"]
-    proc, tag = start(2, options)
+    options = [*SGD, *sync, "--epochs", "40", "--checkpoint", ckpt, "--checkpoint-every", "50"]
+    proc, tag = start(n, options)
     try:
         wait_for(lambda: os.path.exists(ckpt), "the first checkpoint")
-        os.kill(ranks(tag)[1], signal.SIGTERM)  # rank 1 only: rank 0 must learn of it
+        os.kill(ranks(tag)[rank], signal.SIGTERM)  # one rank only: the others must learn of it
         sent = time.monotonic()
         out, err = proc.communicate(timeout=BOUND)
         took = time.monotonic() - sent
@@ -127,9 +135,9 @@ def test_sigterm_on_one_rank_checkpoints_and_resumes(tmp_path):
     assert 50 <= step < 40 * 23, step  # 23 steps per epoch: it stopped early, after the first checkpoint
     assert err.splitlines() == [f"collectives train: SIGTERM: checkpoint of step {step} written to {ckpt}; "
                                 "exit status 75, run again with --resume to continue"], err
-    print(f"SIGTERM to rank 1 -> exit 75 in {took:.2f} s, checkpoint of step {step}")
-    ok(train(2, [*options, "--resume", "--save", resumed, "--metrics", metrics]))
-    ok(train(2, [*SGD, "--epochs", "40", "--save", whole]))
+    print(f"SIGTERM to rank {rank} -> exit 75 in {took:.2f} s, checkpoint of step {step}")
+    ok(train(n, [*options, "--resume", "--save", resumed, "--metrics", metrics]))
+    ok(train(n, [*SGD, *sync, "--epochs", "40", "--save", whole]))
     np.testing.assert_array_equal(weights(resumed), weights(whole))
     assert json.load(open(metrics))["steps"] == 40 * 23
 
@@ -202,3 +210,32 @@ def test_no_pickle_on_the_checkpoint_path(tmp_path):
         assert f["w"].shape == (3, 650) and f["m"].shape == (3, 650)
     source = open(checkpoint.__file__).read()
     assert not re.search(r"import pickle|\.(gather|allgather|bcast|allreduce|scatter|send|recv)\(", source)
+
+
+LOAD = """
+import sys
+import numpy as np
+from collectives import Comm
+from collectives.train.job import make_trainer, prepare
+
+comm = Comm()
+trainer = make_trainer(comm, prepare(comm, test_fraction=0), optimizer="adam", sync="local", epochs=1)
+opt = trainer.new_optimizer()
+w, epoch, step = trainer.load(sys.argv[1], opt)
+np.save(f"{sys.argv[1]}.{comm.rank}.npy", np.concatenate((w, opt.m, opt.v, [opt.t, epoch, step, trainer.t])))
+"""
+
+
+def test_local_resumes_at_another_rank_count_from_the_average(tmp_path):
+    """Local SGD written at np=2 and loaded at np=3: every rank starts from the mean of the two
+    saved models and optimizer states (NumPy's mean of the file's rows)."""
+    ckpt = str(tmp_path / "c.npz")
+    ok(train(2, ["--optimizer", "adam", "--sync", "local", "--no-progress", "--epochs", "1", "--checkpoint", ckpt,
+                 "--max-steps", "13"]))
+    with np.load(ckpt, allow_pickle=False) as f:
+        saved = {k: f[k] for k in ("w", "m", "v")}
+    assert saved["w"].shape == (2, 650) and not np.array_equal(saved["w"][0], saved["w"][1])
+    ok(mpiexec(3, ["-c", LOAD, ckpt], timeout=300))
+    expected = np.concatenate([saved[k].mean(axis=0) for k in ("w", "m", "v")] + [[13, 0, 13, 13]])
+    for rank in range(3):
+        np.testing.assert_array_equal(np.load(f"{ckpt}.{rank}.npy"), expected)
