@@ -60,10 +60,14 @@ def ranks(tag):
     return out
 
 
-def wait_for(condition, what, timeout=120):
-    """Poll ``condition()`` until true; fail naming ``what`` after ``timeout`` seconds."""
+def wait_for(proc, condition, what, timeout=120):
+    """Poll ``condition()`` until true; fail naming ``what`` after ``timeout`` seconds, or with
+    the job's output if the job ``proc`` ended first."""
     end = time.monotonic() + timeout
     while not condition():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"the job ended with status {proc.returncode} before {what}:\n{out}\n{err}")
         assert time.monotonic() < end, f"timed out waiting for {what}"
         time.sleep(0.005)
 
@@ -90,7 +94,7 @@ def test_interrupted_write_resumes_from_previous_checkpoint(tmp_path):
     proc, tag = start(2, options, env={checkpoint.STALL: "2"})  # the write at step 20 stops half-way
     try:
         # after the first checkpoint's rename, a temporary file can only be the second one's
-        wait_for(lambda: os.path.exists(ckpt) and os.path.exists(ckpt + ".tmp") and os.path.getsize(ckpt + ".tmp"),
+        wait_for(proc, lambda: os.path.exists(ckpt) and os.path.exists(ckpt + ".tmp") and os.path.getsize(ckpt + ".tmp"),
                  "the torn write")
         pids = ranks(tag)
         assert sorted(pids) == [0, 1]
@@ -122,7 +126,7 @@ def test_sigterm_on_one_rank_checkpoints_and_resumes(tmp_path, n, sync, rank):
     options = [*SGD, *sync, "--epochs", "40", "--checkpoint", ckpt, "--checkpoint-every", "50"]
     proc, tag = start(n, options)
     try:
-        wait_for(lambda: os.path.exists(ckpt), "the first checkpoint")
+        wait_for(proc, lambda: os.path.exists(ckpt), "the first checkpoint")
         os.kill(ranks(tag)[rank], signal.SIGTERM)  # one rank only: the others must learn of it
         sent = time.monotonic()
         out, err = proc.communicate(timeout=BOUND)

@@ -41,8 +41,8 @@ PREEMPTED = 75
 SETTINGS = ("optimizer", "sync", "lam", "batch", "lr", "momentum", "schedule", "adam_decay", "history",
             "local_steps", "compress", "seed")
 PER_RANK = ("local", "gossip")
-# Test hook: rank 0 stops for good half-way through writing its Nth checkpoint (counted from 1),
-# so a test can kill the job mid-write.
+# Test hook: a process stops for good half-way through its Nth write_file (counted from 1; rank 0
+# writes checkpoints), so a test can kill the job mid-write.
 STALL = "COLLECTIVES_CHECKPOINT_STALL"
 _writes = 0
 

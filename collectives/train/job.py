@@ -13,9 +13,9 @@ from . import data as D
 from .libsvm import read_libsvm
 from .models import CLASSIFIERS, MODELS, make_model
 from .optim import OPTIMIZERS
-from .checkpoint import PREEMPTED
+from .checkpoint import PREEMPTED, write_file
 from .errors import DataError, UsageError, together
-from .trainer import DEFAULT_EPOCHS, DEFAULTS, SYNCS, Trainer, check_options, write_file
+from .trainer import DEFAULT_EPOCHS, DEFAULTS, SYNCS, Trainer, check_options
 
 
 class Prepared:

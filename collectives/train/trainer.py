@@ -32,7 +32,6 @@ from mpi4py import MPI
 from .. import compression, p2p
 from . import checkpoint as ckpt
 from . import optim
-from .checkpoint import write_file  # noqa: F401 (job.py and users import it from here)
 from .errors import DataError, UsageError
 
 DEFAULTS = dict(
