@@ -7,6 +7,7 @@ pytest_runtest_makereport), since the other ranks could not go on without the fa
 """
 import io
 import os
+import shutil
 import sys
 import tempfile
 
@@ -24,8 +25,17 @@ class _PerRankTmp:
     @pytest.hookimpl(tryfirst=True)
     def pytest_configure(self, config):
         if WORLD.size > 1 and not config.option.basetemp:
+            # Named after the launch too (rank 0's pid): two launches at once on one machine
+            # (CI beside a developer's run) would otherwise clean up each other's files.
+            launch = WORLD.bcast(os.getpid())
             config.option.basetemp = os.path.join(
-                tempfile.gettempdir(), f"pytest-collectives-{os.getuid()}-rank{WORLD.rank}")
+                tempfile.gettempdir(), f"pytest-collectives-{os.getuid()}-{launch}-rank{WORLD.rank}")
+            self.made = config.option.basetemp
+
+    def pytest_unconfigure(self, config):
+        # A name per launch is never reused, so nothing else would remove it.
+        if getattr(self, "made", None):
+            shutil.rmtree(self.made, ignore_errors=True)
 
 
 def pytest_addoption(parser, pluginmanager):

@@ -2,6 +2,7 @@
 import argparse
 import json
 import os
+import sys
 
 import numpy as np
 
@@ -12,8 +13,9 @@ from . import data as D
 from .libsvm import read_libsvm
 from .models import CLASSIFIERS, MODELS, make_model
 from .optim import OPTIMIZERS
+from .checkpoint import PREEMPTED, write_file
 from .errors import DataError, UsageError, together
-from .trainer import DEFAULT_EPOCHS, DEFAULTS, SYNCS, Trainer, check_options, write_file
+from .trainer import DEFAULT_EPOCHS, DEFAULTS, SYNCS, Trainer, check_options
 
 
 class Prepared:
@@ -151,7 +153,8 @@ def parser():
       help="bit-identical parameters at any rank count and all-reduce algorithm (--sync sync; sgd, adam, "
            "lbfgs); also COLLECTIVES_REPRODUCIBLE=1")
     a("--log-every", type=count, default=None, help="table row every N epochs (default: about 20 rows)")
-    a("--checkpoint", default=None, help="checkpoint file (.npz)")
+    a("--checkpoint", default=None,
+      help=f"checkpoint file (.npz); a SIGTERM then checkpoints at the next step and exits with status {PREEMPTED}")
     a("--checkpoint-every", type=_at_least(0, int), default=0, help="checkpoint every N steps")
     a("--resume", action="store_true", help="continue from --checkpoint if it exists")
     a("--max-steps", type=int, default=None, help="stop after N steps in total")
@@ -163,20 +166,21 @@ def parser():
 
 
 def main(argv=None):
-    """Run the training job; returns 0, or raises UsageError / DataError on every rank."""
+    """Run the training job; returns 0, or PREEMPTED (75) after a SIGTERM's checkpoint, or raises
+    UsageError / DataError on every rank."""
     args = parser().parse_args(argv)
     comm = Comm()
     try:
-        _run(comm, args)
+        status = _run(comm, args)
     except (UsageError, DataError):
         comm.Free()  # every rank raised it (errors.together), so all of them free together
         raise
     comm.Free()
-    return 0
+    return status
 
 
 def _run(comm, args):
-    """Check the options, prepare the data, train, report."""
+    """Check the options, prepare the data, train, report; the exit status."""
     classify = args.model in CLASSIFIERS
     options = {k: getattr(args, k) for k in DEFAULTS if hasattr(args, k)}
     if options["allreduce"] == "auto":
@@ -193,10 +197,16 @@ def _run(comm, args):
         print(f"{os.path.basename(args.data)}: {prepared.n_train} training rows, {prepared.n_features} features; "
               f"{args.model} / {args.optimizer} / {args.sync} on {comm.size} ranks")
     w = trainer.fit()
+    if trainer.preempted:
+        if comm.rank == 0:
+            print(f"collectives train: SIGTERM: checkpoint of step {trainer.t} written to {args.checkpoint}; "
+                  f"exit status {PREEMPTED}, run again with --resume to continue", file=sys.stderr, flush=True)
+        return PREEMPTED
     metrics = trainer.metrics()
     with together(comm.comm):
         if comm.rank == 0:
             _report(args, prepared, trainer, w, metrics, classify)
+    return 0
 
 
 def _report(args, prepared, trainer, w, metrics, classify):

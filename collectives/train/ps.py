@@ -16,6 +16,14 @@ with the step number (its *clock*), then pulls the shards back (collectives.p2p)
   the pull at once (Hogwild-style staleness).
 
 At the end the servers' shards are all-gathered into the final model on every rank.
+
+Checkpoints (``checkpoint`` with ``checkpoint_every`` N, and at ``max_steps``): every N
+steps each worker pushes each server a marker after its step's push and pull.  A server
+that has every worker's marker has applied every gradient sent before them (messages from
+one sender are not overtaken), so all ranks then meet in one collective: they agree on
+stopping (a SIGTERM on any rank) and rank 0 writes the servers' gathered shards as one
+whole parameter vector and optimizer state (collectives.train.checkpoint).  Any rank and
+server count resumes from it.
 """
 
 import numpy as np
@@ -23,7 +31,10 @@ from mpi4py import MPI
 
 from .. import Comm, p2p
 from ..schedule import blocks
+from . import checkpoint as ckpt
 from .data import redistribute
+
+DONE, MARK = -1, -2  # clock values of a worker's last message and of its checkpoint marker
 
 
 class ParameterServer:
@@ -49,29 +60,54 @@ class ParameterServer:
                 setattr(t, name, redistribute(t.comm.comm, part, dest))
         w = t.model.init(np.random.default_rng(t.o["seed"]))
         n = t.comm.comm.allreduce(len(t.train))
+        saved, start = {}, (0, 0)
+        if t.resuming():
+            meta, saved = t.read_checkpoint(t.o["checkpoint"])
+            w, start = np.array(saved["w"], np.float64), (meta["epoch"], meta["step"])
         sub = t.comm.comm.Split(int(self.is_server), t.rank)
         with Comm(sub) as group:
             if self.is_server:
                 lo, hi = self.shards[t.rank - self.workers]
-                shard = self._serve(w[lo:hi].copy(), lo, hi)
+                shard = self._serve(w[lo:hi].copy(), lo, hi, {k: v if isinstance(v, int) else v[..., lo:hi]
+                                                              for k, v in saved.items() if k != "w"})
             else:
                 shard = np.zeros(0)
-                w = self._work(w, group, n)
+                w = self._work(w, group, n, *start)
         sub.Free()
         out = np.empty(t.model.size)
         t.comm.Allgatherv(shard, [out, (self.counts, self.displs), MPI.DOUBLE])
         return out
 
-    def _work(self, w, group, n):
+    def _boundary(self, stop, epoch, step, state):
+        """The collective at a checkpoint: agree on a SIGTERM, write the checkpoint; whether to stop.
+
+        ``state`` is a server's shard state ({} on a worker); ``epoch`` and ``step`` (where
+        training resumes) and ``stop`` (max_steps reached) count on the workers only.
+        """
+        t = self.trainer
+        t.preempted = ckpt.anyone(t.comm.comm, t.terminated)
+        layout = {r: ckpt.shapes_of(dict(w=np.zeros(hi - lo), **t.new_optimizer(hi - lo).state()))
+                  for r, (lo, hi) in zip(range(self.workers, t.size), self.shards)}
+        states = ckpt.gather(t.comm.comm, state, lambda r: layout.get(r, {}))
+        whole = None
+        if t.rank == 0:
+            shards = states[self.workers:]
+            whole = {k: v if isinstance(v, int) else np.concatenate([s[k] for s in shards], axis=-1)
+                     for k, v in shards[0].items()}
+        t.write_checkpoint(t.o["checkpoint"], epoch, step, whole, "replicated")
+        return stop or t.preempted
+
+    def _work(self, w, group, n, epoch0, step0):
         t = self.trainer
         o = t.o
         servers = range(self.workers, t.size)
         pulls = [p2p.pull(t.comm, w[lo:hi], s) for s, (lo, hi) in zip(servers, self.shards)]
         with t.clock("comm"):
             p2p.wait(pulls)
-        for epoch in range(o["epochs"]):
+        for epoch in range(epoch0, o["epochs"]):
             batches = t.global_batches(epoch, n, t.train.rows)
-            for s, (index, count) in enumerate(batches):
+            for s in range(step0 if epoch == epoch0 else 0, len(batches)):
+                index, count = batches[s]
                 g = t.local_gradient(w, index)
                 msgs = [np.concatenate(([t.t, count], g[lo:hi])) for lo, hi in self.shards]
                 with t.clock("comm"):
@@ -80,26 +116,43 @@ class ParameterServer:
                     p2p.wait(reqs)
                 t.t += 1
                 t.progress(epoch, s, len(batches))
+                stop = o["max_steps"] is not None and t.t >= o["max_steps"]
+                if o["checkpoint"] and ((o["checkpoint_every"] and t.t % o["checkpoint_every"] == 0) or stop):
+                    self._tell(servers, MARK, stop)
+                    last = s + 1 == len(batches)
+                    stop = self._boundary(stop, epoch + last, 0 if last else s + 1, {})
+                    if stop:
+                        return w  # the servers stop at the boundary too
+                if stop:
+                    self._tell(servers, DONE)
+                    return w
             t.report(epoch, w, group)
-        done = [np.concatenate(([-1.0, 0.0], np.zeros(hi - lo))) for lo, hi in self.shards]
-        p2p.wait([p2p.push(t.comm, m, dst) for m, dst in zip(done, servers)])
+        self._tell(servers, DONE)
         return w
 
-    def _serve(self, shard, lo, hi):
+    def _tell(self, servers, clock, flag=False):
+        """Push every server a message with ``clock`` (DONE or MARK) and ``flag``, and no gradient."""
+        msgs = [np.concatenate(([clock, float(flag)], np.zeros(hi - lo))) for lo, hi in self.shards]
+        p2p.wait([p2p.push(self.trainer.comm, m, dst) for m, dst in zip(msgs, servers)])
+
+    def _serve(self, shard, lo, hi, saved):
         t = self.trainer
         tau = t.o["tau"]
         opt = t.new_optimizer(hi - lo)
+        if saved:
+            opt.load(saved)
         mask = t.model.penalised[lo:hi]
         lam = t.o["lam"]
         nw = self.workers
         for worker in range(nw):  # the initial pulls
             p2p.serve(t.comm, shard, worker)
         msg = np.empty(2 + hi - lo)
-        clock = np.zeros(nw, np.int64)   # next clock each worker will push
+        clock = np.full(nw, t.t, np.int64)  # next clock each worker will push (t.t: where it resumes)
         finished = np.zeros(nw, bool)
+        marked = np.zeros(nw, bool)         # workers at a checkpoint boundary
         waiting = set()
-        pending = {}                      # clock -> [gradient per worker]
-        applied = -1                      # last clock applied (stale-synchronous)
+        pending = {}                        # clock -> [gradient per worker]
+        applied = t.t - 1                   # last clock applied (stale-synchronous)
 
         def step(g):
             with t.clock("compute"):
@@ -108,8 +161,15 @@ class ParameterServer:
         while not finished.all():
             sender = p2p.receive(t.comm, msg).wait()
             c, count = int(msg[0]), msg[1]
-            if c < 0:
+            if c == DONE:
                 finished[sender] = True
+                continue
+            if c == MARK:
+                marked[sender] = True
+                if marked.all():
+                    marked[:] = False
+                    if self._boundary(bool(count), 0, 0, dict(w=shard, **opt.state())):
+                        return shard
                 continue
             if tau < 0:
                 step(msg[2:] / count)

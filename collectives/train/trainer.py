@@ -20,17 +20,19 @@ draw from their own rows.  Everything is a function of the seed, the epoch and t
 so a checkpointed run resumes to the very same trajectory.
 """
 import contextlib
-import json
 import os
+import signal
 import sys
+import threading
 import time
 
 import numpy as np
 from mpi4py import MPI
 
 from .. import compression, p2p
+from . import checkpoint as ckpt
 from . import data as D, optim
-from .errors import DataError, UsageError, together
+from .errors import DataError, UsageError
 
 DEFAULTS = dict(
     optimizer="lbfgs", sync="sync", lam=1e-3, epochs=None, batch=64, lr=None, momentum=0.9,
@@ -42,17 +44,6 @@ DEFAULTS = dict(
 SYNCS = ("sync", "ddp", "local", "fedavg", "ps", "gossip")
 DEFAULT_EPOCHS = {"lbfgs": 300, "newton": 30, "sgd": 30, "adam": 30}
 DEFAULT_LR = {"sgd": 0.1, "adam": 0.01}
-
-
-def write_file(path, write):
-    """Call ``write(f)`` on a new file that then replaces ``path`` (atomic); DataError if it cannot."""
-    tmp = f"{path}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise DataError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 class Clock:
@@ -92,8 +83,6 @@ def check_options(options, model, size):
         raise UsageError("--compress applies to stochastic gradients with --sync sync")
     if o["compress"] not in compression.COMPRESSORS:
         raise UsageError(f"unknown compressor {o['compress']!r}; one of {', '.join(compression.COMPRESSORS)}")
-    if o["sync"] == "ps" and o["checkpoint"]:
-        raise UsageError("checkpoints are not supported with --sync ps (its trajectory is not reproducible)")
     if o["sync"] == "ps" and not 1 <= o["servers"] < size:
         raise UsageError(f"the parameter server needs 1 <= servers < ranks, got servers={o['servers']} "
                          f"with {size} ranks")
@@ -136,6 +125,8 @@ class Trainer:
         self.history = []
         self.t = 0
         self.overlap = None
+        self.terminated = False  # SIGTERM seen by this rank
+        self.preempted = False   # the ranks agreed to checkpoint and stop on a SIGTERM
         # "none" is the plain all-reduce (no compression pass at all)
         self.compressor = None if o["compress"] == "none" else compression.COMPRESSORS[o["compress"]]()
         self.compress_state = None
@@ -298,39 +289,71 @@ class Trainer:
     # ---- checkpoints -----------------------------------------------------------------------
 
     def save(self, path, epoch, step, w, opt):
-        """Write every rank's state to ``path`` (rank 0 writes; atomic rename)."""
-        state = dict(w=w, epoch=epoch, step=step, t=self.t, **{f"opt.{k}": v for k, v in opt.state().items()})
-        states = self.comm.comm.gather(state, root=0)
-        # rank 0 alone writes: the others learn from together() whether it could
-        with together(self.comm.comm):
+        """Write the checkpoint of this step to ``path`` (collective; see train.checkpoint)."""
+        state = dict(w=w, **opt.state())
+        if ckpt.layout(self.o["sync"]) == "per-rank":
+            states = ckpt.gather(self.comm.comm, state, lambda r: ckpt.shapes_of(state))
             if self.rank == 0:
-                flat = {"nranks": self.size, "history": json.dumps(self.history)}
-                for r, st in enumerate(states):
-                    flat.update({f"{r}/{k}": v for k, v in st.items()})
-                write_file(path, lambda f: np.savez(f, **flat))
+                state = {k: v if isinstance(v, int) else np.stack([s[k] for s in states]) for k, v in state.items()}
+        self.write_checkpoint(path, epoch, step, state, ckpt.layout(self.o["sync"]))
 
-    def load(self, path, opt):
-        """(w, epoch, step) restored from ``path`` into ``opt``; same number of ranks required.
+    def write_checkpoint(self, path, epoch, step, state, layout):
+        """Rank 0 writes ``state`` with this job's metadata; every rank learns whether it could."""
+        error = None
+        if self.rank == 0:
+            meta = dict(nranks=self.size, layout=layout, model=type(self.model).__name__,
+                        model_size=self.model.size, options={k: self.o[k] for k in ckpt.SETTINGS},
+                        epoch=epoch, step=step, clock=self.t, history=self.history)
+            try:
+                ckpt.save(path, meta, state)
+            except DataError as exc:
+                error = exc
+        ckpt.agree(self.comm.comm, error)
 
-        DataError on every rank when any rank cannot read it: resuming some ranks but not
+    def read_checkpoint(self, path):
+        """(meta, state) of the checkpoint at ``path``, checked against this job on every rank.
+
+        DataError on every rank when any rank cannot use it: resuming some ranks but not
         others would train on silently mixed states.
         """
-        import zipfile  # as np.load does, only when a checkpoint is read
+        meta = state = error = None
+        try:
+            meta, state = ckpt.load(path)
+            ckpt.check(path, meta, self.o, self.model.size)
+        except DataError as exc:
+            error = exc
+        ckpt.agree(self.comm.comm, error)
+        self.history, self.t = meta["history"], meta["clock"]
+        return meta, state
 
-        with together(self.comm.comm):
-            try:
-                with np.load(path) as f:
-                    nranks = int(f["nranks"])
-                    mine = {k.split("/", 1)[1]: f[k] for k in f.files if k.startswith(f"{self.rank}/")}
-                    history = json.loads(str(f["history"]))
-            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
-                raise DataError(f"{path}: not a checkpoint of this job ({exc})") from exc
-            if nranks != self.size:
-                raise DataError(f"{path} was written by {nranks} ranks, resuming with {self.size}")
-        self.history = history
-        opt.load({k[4:]: v for k, v in mine.items() if k.startswith("opt.")})
-        self.t = int(mine["t"])
-        return mine["w"].copy(), int(mine["epoch"]), int(mine["step"])
+    def load(self, path, opt):
+        """(w, epoch, step) restored from ``path`` into ``opt``, at any rank count (train.checkpoint)."""
+        meta, state = self.read_checkpoint(path)
+        if meta["layout"] == "per-rank":
+            state = ckpt.rank_state(state, meta["nranks"], self.rank, self.size)
+        w = np.array(state.pop("w"), np.float64)
+        opt.load(state)
+        return w, meta["epoch"], meta["step"]
+
+    def resuming(self):
+        """Whether to resume: --resume and the checkpoint exists on some rank."""
+        o = self.o
+        return bool(o["resume"] and o["checkpoint"] and ckpt.anyone(self.comm.comm, os.path.exists(o["checkpoint"])))
+
+    @contextlib.contextmanager
+    def sigterm(self, enabled):
+        """While in the block, a SIGTERM only sets ``self.terminated`` (checked at step boundaries)."""
+        if not enabled or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def note(signum, frame):
+            self.terminated = True
+        previous = signal.signal(signal.SIGTERM, note)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)
 
     # ---- the loop --------------------------------------------------------------------------
 
@@ -344,11 +367,13 @@ class Trainer:
         if o["reproducible"]:
             self.train = D.by_shard(self.comm.comm, self.train)
             self.shard = D.shard_of(self.train.rows, self.n)
-        if o["sync"] == "ps":
-            from .ps import ParameterServer
-            self.w = ParameterServer(self).run()
-        else:
-            self.w = self._run()
+        # the parameter server looks at SIGTERM at its checkpoint boundaries only
+        with self.sigterm(bool(o["checkpoint"] and (o["sync"] != "ps" or o["checkpoint_every"]))):
+            if o["sync"] == "ps":
+                from .ps import ParameterServer
+                self.w = ParameterServer(self).run()
+            else:
+                self.w = self._run()
         self.elapsed = time.perf_counter() - self.start
         self.final = self.evaluate(self.w)
         return self.w
@@ -358,7 +383,7 @@ class Trainer:
         w = self.model.init(np.random.default_rng(o["seed"]))
         opt = self.new_optimizer()
         epoch0 = step0 = 0
-        if o["resume"] and o["checkpoint"] and any(self.comm.comm.allgather(os.path.exists(o["checkpoint"]))):
+        if self.resuming():
             w, epoch0, step0 = self.load(o["checkpoint"], opt)
         mode = self._batch if o["optimizer"] in optim.BATCH else getattr(self, "_" + o["sync"])
         return mode(w, opt, epoch0, step0)
@@ -377,7 +402,9 @@ class Trainer:
                 self.t += 1
                 self.progress(epoch, s, len(items))
                 last = s + 1 == len(items)
-                stop = converged or (o["max_steps"] is not None and self.t >= o["max_steps"])
+                if o["checkpoint"] and ckpt.anyone(self.comm.comm, self.terminated):
+                    self.preempted = True  # on every rank at this same step, wherever the signal landed
+                stop = converged or self.preempted or (o["max_steps"] is not None and self.t >= o["max_steps"])
                 if stop:
                     self.report(epoch, model_of(w), force=True)
                 if o["checkpoint"] and ((o["checkpoint_every"] and self.t % o["checkpoint_every"] == 0) or stop):
