@@ -9,7 +9,8 @@ field: a field agrees when the two are equal, and the error names every field wh
 not a single value.  The vector's length depends only on the communicator's size, so ranks
 that call different collectives still meet in the same all-reduce.  A field a rank cannot
 know (a Gatherv count away from the root) is sent as the neutral value, which leaves the
-others' range unchanged.
+others' range unchanged.  The fast path (``_engine.Fast``) builds the same vector in C and
+reports through ``disagreement``, so a rank on either path meets the others.
 
 A rank with bad arguments.  Its own ValueError or TypeError is kept; it still takes part in
 the agreement with the error flag set (the ``agreed`` decorator), so the others learn that
@@ -17,26 +18,31 @@ something was wrong and raise "invalid arguments on another rank" instead of wai
 in the schedule, while it raises its own, detailed error.
 
 Plan: a check with no round trip.  The all-reduce above costs a round trip that, at 8 bytes,
-dominates the collective.  The same fingerprint (the fields above, each reduced MAX and
--MIN) can instead ride in the messages the schedule already sends: each message carries the
-sender's running MAX/-MIN of the fingerprint, each receive folds it in, and the receiver
-compares before the payload is used; sizes go in the envelope, so a mismatch is seen before
-a receive can truncate or overrun.  For schedules in which every rank's result depends on
-every rank's input (all-reduce by recursive doubling or ring, all-gather, reduce-scatter
-followed by all-gather, the dissemination barrier) the folded fingerprint at the end is the
-global one on every rank: equality of the MAX and -MIN halves then means all ranks agree,
-and a mismatch raises the same error everywhere.  Rooted collectives (bcast, reduce,
-gather, scatter) do not have that property: a binomial tree informs the root or the leaves,
-not everyone.  For them, at small sizes, the fingerprint goes in a universal
-recursive-doubling exchange (lg p rounds of a few dozen bytes, on top of the schedule's own
-messages, so still one latency per round rather than an extra all-reduce before it), after
-which every rank holds the global agreement; at large sizes the round trip above is cheap
-beside the payload and stays.  What is still open: ranks whose schedules differ in
-structure (a different collective, algorithm or root) may not exchange the messages that
-would carry the fingerprint, and can wait on each other forever; such calls need a matching
-rule on the envelope (collective and algorithm in the tag, a mismatching tag taken by a
-probe and reported) before the all-reduce can be dropped for them.  Until then this module
-keeps the all-reduce, which covers every case.
+dominates the collective.  The same fingerprint (the fields above, each kept as MAX and as
+-MIN) can instead ride in the messages the schedule already sends: every message carries
+the sender's running MAX/-MIN vector, every receive folds the incoming one into its own,
+and the count is part of it, so a receive posted for the expected size and checked against
+the message's size (MPI_Get_count) before its data is used turns a size mismatch into this
+error, never a truncation or an overrun.  In schedules where every rank's result depends
+on every rank's input (all-reduce by recursive doubling, ring or Rabenseifner, all-gather,
+the dissemination barrier) the folded vector at the end is the global one on every rank:
+MAX equal to MIN everywhere means all ranks agree, and a mismatch raises the same error on
+every rank.  Rooted collectives (bcast, reduce, gather, scatter) lack that property: a
+binomial tree informs the root, or the leaves, not everyone.  For them, at small sizes,
+the schedule itself becomes a universal exchange by recursive doubling: in each of lg p
+rounds a rank sends its fingerprint with the (small) payload gathered so far, the root's
+data for bcast, partial results for reduce, blocks for gather and scatter, so that after
+lg p message latencies, the binomial tree's own depth, every rank holds the global
+agreement and the root's result is complete.  At large sizes the extra traffic of such an
+exchange would cost more than one round trip, and the all-reduce of the fingerprint before
+the schedule stays: it is cheap beside the payload.  Open: ranks whose schedules differ in
+structure (a different collective, algorithm or root) may never exchange the messages
+that would carry the fingerprint and then wait on each other forever; they need a
+matching rule on the envelope (collective and algorithm in the tag, a message with a
+foreign tag found by a probe and reported) before the all-reduce can be dropped.  And a
+mismatch found on receipt is found after earlier steps wrote into the caller's buffers,
+which are then undefined, as MPI leaves them after an error.  Until both are settled this
+module keeps the all-reduce, which covers every case.
 """
 import functools
 
