@@ -197,7 +197,7 @@ def execute(MPI.Comm comm, const int64_t[:, ::1] steps, acc, tmp, inp, int dtype
 
 # ---- the fast path: Python call -> cached plan -> one nogil run ---------------------------
 
-# Collective indices, as in collectives.registry.ALGORITHMS (and comm._COLLECTIVE_INDEX).
+# Collective indices, as in collectives.registry.ALGORITHMS (and agreement.COLLECTIVE_INDEX).
 DEF ALLREDUCE = 0
 DEF BCAST = 1
 DEF REDUCE_ = 2
@@ -421,7 +421,7 @@ cdef class Fast:
     A call resolves its buffers in C (NumPy arrays, buffer-protocol objects, mpi4py buffer
     specs with predefined datatypes, MPI.IN_PLACE), looks up a cached plan by a small key,
     agrees with the other ranks through one native all-reduce when the owner's ``check`` is on (the same
-    vector ``Comm._agree`` builds, so a rank on the general path meets it there), and runs
+    vector ``agreement.agree`` builds, so a rank on the general path meets it there), and runs
     the schedule in one ``nogil`` block.  It returns False, having done nothing
     collective, for anything else, which the general Python path then handles.
     ``calls`` counts the calls it ran (a debugging aid for tests).
@@ -519,7 +519,7 @@ cdef class Fast:
         return self.vec + 3
 
     cdef int agree(self, int coll, _Plan pl, int nfields, tuple keys, bint counts) except -1:
-        """Comm._agree in C: one MAX all-reduce of [0, coll, algo, fields, -coll, -algo, -fields].
+        """agreement.agree in C: one MAX all-reduce of [0, coll, algo, fields, -coll, -algo, -fields].
 
         The first ``nfields`` fields are in place (``fields()``); ``keys`` name them, followed
         by count0, count1, ... when ``counts``.
@@ -549,7 +549,7 @@ cdef class Fast:
                 break
         else:
             return 0
-        from collectives.comm import disagreement  # only when the ranks disagree
+        from collectives.agreement import disagreement  # only when the ranks disagree
 
         keys = ("collective", "algorithm") + keys
         if counts:

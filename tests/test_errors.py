@@ -168,16 +168,16 @@ def test_unknown_algorithm_lists_the_choices(comm, mpi_comm, monkeypatch):
 @pytest.fixture
 def ran(monkeypatch):
     """Names of the algorithms whose schedules were executed, in order."""
-    from collectives import comm as comm_module
+    from collectives import executor
 
     names = []
-    plan = comm_module.plan
+    plan = executor.plan
 
     def recording(name, *args):
         names.append(name)
         return plan(name, *args)
 
-    monkeypatch.setattr(comm_module, "plan", recording)
+    monkeypatch.setattr(executor, "plan", recording)
     return names
 
 

@@ -11,11 +11,11 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from collectives import comm as comm_module
+from collectives import executor
 from collectives.ops import dtype_code
 from collectives.schedule import ACC, Schedule
 
-pytestmark = pytest.mark.skipif(not comm_module.NATIVE, reason="the native executor's behaviour")
+pytestmark = pytest.mark.skipif(not executor.NATIVE, reason="the native executor's behaviour")
 
 ScheduleError = pytest.importorskip("collectives._engine").ScheduleError
 TAG = 7
@@ -90,7 +90,7 @@ def test_truncating_receive_raises(raw):
 
 @pytest.mark.parametrize("path", ["fast", "python"])
 def test_comm_is_unusable_after_a_failure(mpi_comm, check, monkeypatch, path):
-    monkeypatch.setattr(comm_module, "plan", lambda name, rank, size, *args: (
+    monkeypatch.setattr(executor, "plan", lambda name, rank, size, *args: (
         lambda s: (s.finish(), s.tmp_count, s.nreq))(bad_peer_schedule(rank, size)))
     c = collectives.Comm(mpi_comm, check=check)
     x = np.ones(8, np.int64)

@@ -248,9 +248,9 @@ def test_gather_scatter(mpi_comm, algorithm):
 @pytest.mark.parametrize("call", ["push", "receive", "pull", "serve"])
 def test_p2p_needs_large_count(comm, monkeypatch, call):
     """Without MPI-4 large counts a buffer over INT_MAX bytes is refused before any message."""
-    from collectives import p2p
+    from collectives import p2p, transport
 
-    monkeypatch.setattr(p2p, "LARGE_COUNT", False)
+    monkeypatch.setattr(transport, "LARGE_COUNT", False)
     big = np.zeros(schedule.INT_MAX + 1, np.uint8)  # never touched, so never backed by memory
     with pytest.raises(ValueError, match=f"{call}: a 2147483648-byte buffer needs MPI-4"):
         getattr(p2p, call)(comm, big, 0)

@@ -1,0 +1,127 @@
+"""How a Comm's collectives run: algorithm choice, scratch, the executors, MPI's own call.
+
+A job is a function of no arguments that runs one collective to completion; the builders in
+``collectives.jobs`` make them.  ``run`` executes a job at once, or behind the nonblocking
+ones still pending on the progress thread; ``start`` hands it to that thread and returns a
+Request.  ``execute`` runs a planned schedule in the Cython executor (``_engine.execute``,
+without the GIL) or, under COLLECTIVES_PUREPYTHON=1 or without the extension, in
+``schedule.run_python``; a native failure marks the Comm unusable.  ``plan_fast`` is what
+the fast path (``_engine.Fast``) calls to plan a call shape it has not cached.
+``native_job`` delegates a call no algorithm covers to mpi4py's method on the private
+communicator, where it keeps its place in the order of the Comm's collectives.
+"""
+import numpy as np
+from mpi4py import MPI
+
+from . import kernels
+from .agreement import agree
+from .nonblocking import Progress, completed
+from .ops import DTYPES, OP_NAMES, dtype_code, supports
+from .registry import ALGORITHMS, env_choice, log, names, plan, resolve_name, select
+from .schedule import run_python
+
+try:
+    from ._engine import ScheduleError, execute as _native_execute
+except ImportError:
+    _native_execute = None
+
+NATIVE = _native_execute is not None and not kernels.PUREPYTHON
+
+# One tag per collective on the private communicator.
+TAG = {name: 100 + i for i, name in enumerate(ALGORITHMS)}
+BYTE = dtype_code(np.uint8)
+
+
+def as_bytes(arr):
+    """``arr``'s memory as a flat uint8 array (an empty one for an empty ``arr``)."""
+    return arr.view(np.uint8) if arr.size else np.empty(0, np.uint8)
+
+
+def choose(comm, collective, algorithm, count, nbytes, uniform=True):
+    """The Algorithm for this call: per call, then per Comm, then environment, then ``auto``."""
+    requested = resolve_name(collective, algorithm)
+    if requested == "auto":
+        requested = comm.algorithms.get(collective) or env_choice(collective)
+    algo = select(collective, requested, comm.size, count, nbytes, uniform)
+    comm.last_algorithm = algo.name
+    return algo
+
+
+def buffer(comm, purpose, nbytes):
+    """A reused, pre-touched scratch buffer of at least ``nbytes`` for ``purpose``."""
+    buf = comm._scratch.get(purpose)
+    if buf is None or buf.nbytes < nbytes:
+        buf = np.zeros(max(nbytes, 64), np.uint8)
+        comm._scratch[purpose] = buf
+    return buf[:nbytes]
+
+
+def execute(comm, algo, args, acc, inp, dtype, op, collective):
+    """Run ``algo``'s schedule for ``args`` on ``acc`` (and input ``inp``) in this process's executor."""
+    steps, tmp_count, nreq = plan(algo.name, comm.rank, comm.size, *args)
+    itemsize = np.dtype(DTYPES[dtype]).itemsize
+    tmp = buffer(comm, "tmp", tmp_count * itemsize) if tmp_count else None
+    if NATIVE:
+        try:
+            _native_execute(comm._coll, steps, acc, tmp, inp, dtype, op, TAG[collective], nreq,
+                            f"{collective} ({algo.name})")
+        except ScheduleError as exc:
+            comm._broken = str(exc)
+            raise
+    else:
+        bufs = [None if b is None else as_bytes(b) for b in (acc, tmp, inp)]
+        run_python(comm._coll, steps, bufs, dtype, op, TAG[collective])
+
+
+def plan_fast(comm, collective, algorithm, count, nbytes, uniform, args, op=None, dtype=None):
+    """What the fast path caches for one call shape: (steps, tmp_count, nreq, reads_in, name,
+    index of the algorithm); ``op`` and ``dtype`` codes of a reduction are checked."""
+    if op is not None and not supports(OP_NAMES[op], DTYPES[dtype]):
+        raise TypeError(f"{collective}: op {OP_NAMES[op]} is not defined on {np.dtype(DTYPES[dtype])}")
+    algo = choose(comm, collective, algorithm, count, nbytes, uniform)
+    steps, tmp_count, nreq = plan(algo.name, comm.rank, comm.size, *args)
+    return (steps, tmp_count, nreq, algo.reads_in, algo.name, names(collective).index(algo.name))
+
+
+def native_job(comm, collective, why, method, *args):
+    """A job running mpi4py's ``method(*args)`` on the private communicator."""
+    log.info("%s: %s; native MPI call", method, why)
+    comm.last_algorithm = "native"
+    call = getattr(comm._coll, method)
+
+    def job():
+        if comm.check:
+            agree(comm, collective, "native")
+        call(*args)
+    return job
+
+
+def _usable(comm):
+    if comm._broken is not None:
+        raise RuntimeError(f"collectives.Comm is unusable: {comm._broken}")
+
+
+def run(comm, job):
+    """Run ``job`` now, or after the nonblocking collectives still pending on ``comm``."""
+    _usable(comm)
+    if comm._progress is not None and comm._progress.busy():
+        comm._progress.submit(job).wait()
+    else:
+        job()
+
+
+def start(comm, job):
+    """Start ``job`` on ``comm``'s progress thread; return its Request."""
+    _usable(comm)
+    if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        # A progress thread would call MPI beside the caller, which needs THREAD_MULTIPLE.
+        log.info("collectives: MPI thread level below THREAD_MULTIPLE; nonblocking "
+                 "collectives complete before they return")
+        return completed(job)
+    if comm._progress is None:
+        comm._progress = Progress()
+    return comm._progress.submit(job)
+
+
+__all__ = ["BYTE", "NATIVE", "TAG", "as_bytes", "buffer", "choose", "execute", "native_job",
+           "plan_fast", "run", "start"]
