@@ -39,7 +39,7 @@ import os
 import numpy as np
 from mpi4py import MPI
 
-from . import kernels, p2p
+from . import kernels, node, p2p
 from .buffers import Native, is_in_place, parse
 from .nonblocking import Progress, completed
 from .ops import DTYPES, OP_NAMES, check_op, dtype_code, supports
@@ -180,6 +180,7 @@ class Comm:
         self._scratch = {}
         self._progress = None
         self._owned = False  # whether Free also frees ``comm`` (made by Dup, Split, ...)
+        self._nodes = None  # collectives.node.Nodes, built by the first node-aware all-reduce
         # Set to the first failure's description when a schedule fails mid-way.
         self._broken = None
         self._fast = (Fast(self._coll, self, self._plan_fast, [TAG[c] for c in ALGORITHMS],
@@ -210,6 +211,8 @@ class Comm:
         # than when the garbage collector breaks the cycle, so their memory goes with Free.
         self._fast = None
         self._scratch = {}
+        if self._nodes is not None:
+            self._nodes.free()
         if self._owned and self.comm != MPI.COMM_NULL:
             self.comm.Free()
 
@@ -380,6 +383,8 @@ class Comm:
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op`` into ``recvbuf`` of every rank."""
+        if self._nodes is not node.FLAT and node.allreduce(self, sendbuf, recvbuf, op, algorithm):
+            return
         if self._fast is not None and self._fast.allreduce(sendbuf, recvbuf, op, algorithm):
             return
         self._run(self._allreduce_job(sendbuf, recvbuf, op, algorithm))
