@@ -103,12 +103,12 @@ def allreduce(comm, sendbuf, recvbuf, op, algorithm):
     """
     from .buffers import is_in_place, parse
     from .ops import check_op
-    from .registry import env_choice, resolve_name, select_node
+    from .registry import env_choice, may_be_node_aware, resolve_name, select_node
 
     requested = resolve_name("allreduce", algorithm)
     if requested == "auto":
         requested = comm.algorithms.get("allreduce") or env_choice("allreduce")
-    if requested != "auto" and not requested.endswith(("_hierarchical", "_node_leader")):
+    if not may_be_node_aware(requested):
         return False
     try:
         recv, n, _ = parse(recvbuf, "recvbuf", writable=True)
@@ -119,20 +119,28 @@ def allreduce(comm, sendbuf, recvbuf, op, algorithm):
     if n == 0 or (send is not None and (send.size != n or send.dtype != recv.dtype)):
         return False
     if comm._nodes is None:
-        nodes = Nodes(comm)
-        # One node: later calls skip the checks above.
-        comm._nodes = nodes if nodes.multi else FLAT
+        # Collective on the private communicator: queued behind pending nonblocking calls.
+        comm._run(lambda: setattr(comm, "_nodes", _built(comm)))
     nodes = comm._nodes
     if not nodes.multi:
         return False
     algo = select_node("allreduce", requested, recv.nbytes, nodes.uniform)
     if algo is None:
         return False
-    if comm.check:
-        # Ranks about to run different phases on different communicators would hang.
-        comm._agree("allreduce", None, count=n, dtype=dt, op=opc, nbytes=recv.nbytes)
     if send is not None and np.shares_memory(send, recv):
         send = send.copy()
+
+    def job():
+        if comm.check:
+            # Ranks about to run different phases on different communicators would hang.
+            comm._agree("allreduce", None, count=n, dtype=dt, op=opc, nbytes=recv.nbytes)
+        algo.build(nodes, send, recv, op)
     comm.last_algorithm = algo.name
-    algo.build(nodes, send, recv, op)
+    comm._run(job)
     return True
+
+
+def _built(comm):
+    """The Nodes of ``comm``, or FLAT when it spans one node: later calls skip the checks."""
+    nodes = Nodes(comm)
+    return nodes if nodes.multi else FLAT

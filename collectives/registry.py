@@ -145,6 +145,11 @@ NODE_AUTO = {
 }
 
 
+def may_be_node_aware(name):
+    """Whether the resolved choice ``name`` ("auto" or a full name) can run node-aware."""
+    return name == "auto" or _BY_NAME[name].node_aware
+
+
 def select_node(collective, requested, nbytes, uniform):
     """The node-aware Algorithm to run, or None for a flat one: ``requested`` when it is
     node-aware and applies, else, for "auto", the NODE_AUTO choice."""

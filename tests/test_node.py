@@ -5,9 +5,7 @@ from mpi4py import MPI
 
 import collectives
 from collectives.node import layout
-from collectives.ops import MPI_OP
-from util import (ALL_DTYPES, assert_close, assert_identical_across_ranks, make_data, native_supports,
-                  ops_at, reference, sizes)
+from util import ALL_DTYPES, assert_close, check_allreduce, make_data, reference, sizes
 
 NODE_ALGORITHMS = ["allreduce_hierarchical", "allreduce_node_leader"]
 # Uneven layouts (the last two) run node_leader only: hierarchical falls back to it.
@@ -29,21 +27,9 @@ def _node_comm(monkeypatch, spec):
 @pytest.mark.parametrize("algorithm", NODE_ALGORITHMS + ["auto"])
 def test_node_allreduce(monkeypatch, spec, algorithm, dtype):
     world = MPI.COMM_WORLD
-    p, r = world.size, world.rank
     with _node_comm(monkeypatch, spec) as comm:
-        for n in sizes(p) + [70000]:
-            for op in ops_at(dtype, n):
-                what = f"{algorithm} {spec} {op} {dtype} n={n}"
-                send = make_data(dtype, op, n, r)
-                got = np.full_like(send, 7)
-                comm.Allreduce(send, got, op=MPI_OP[op], algorithm=algorithm)
-                if native_supports(dtype):
-                    want = np.empty_like(send)
-                    world.Allreduce(send, want, op=MPI_OP[op])
-                else:
-                    want = reference(dtype, op, n, p)
-                assert_close(got, want, dtype, p, what)
-                assert_identical_across_ranks(world, got, what)
+        check_allreduce(comm, world, dtype, sizes(world.size) + [70000], f"{algorithm} {spec}",
+                        algorithm=algorithm)
 
 
 @pytest.mark.parametrize("spec", LAYOUTS)
