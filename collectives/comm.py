@@ -43,7 +43,7 @@ import os
 
 from mpi4py import MPI
 
-from . import jobs, transport
+from . import jobs, node, transport
 from .derived import derived
 from .executor import NATIVE, TAG, plan_fast, run, start
 from .ops import OP_NAMES
@@ -95,6 +95,7 @@ class Comm:
         self._scratch = {}  # executor.buffer's reused buffers, by purpose
         self._progress = None  # the thread running nonblocking collectives, once one starts
         self._owned = False  # whether Free also frees ``comm`` (made by Dup, Split, ...)
+        self._nodes = None  # collectives.node.Nodes, built by the first node-aware all-reduce
         # Set to the first failure's description when a schedule fails mid-way.
         self._broken = None
         # The fast path reads and sets _broken, _progress, check and last_algorithm here.
@@ -126,6 +127,8 @@ class Comm:
         # than when the garbage collector breaks the cycle, so their memory goes with Free.
         self._fast = None
         self._scratch = {}
+        if self._nodes is not None:
+            self._nodes.free()
         if self._owned and self.comm != MPI.COMM_NULL:
             self.comm.Free()
 
@@ -151,6 +154,8 @@ class Comm:
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op`` into ``recvbuf`` of every rank."""
+        if self._nodes is not node.FLAT and node.allreduce(self, sendbuf, recvbuf, op, algorithm):
+            return
         if self._fast is not None and self._fast.allreduce(sendbuf, recvbuf, op, algorithm):
             return
         run(self, jobs.allreduce(self, sendbuf, recvbuf, op, algorithm))

@@ -22,8 +22,10 @@ log = logging.getLogger("collectives")
 class Algorithm:
     """One row of the table: a schedule builder and the restriction it places on its use."""
 
-    def __init__(self, name, restriction=None, why="", reads_in=False):
+    def __init__(self, name, restriction=None, why="", reads_in=False, node_aware=False):
         self.name = name
+        # Composed from collectives on the node communicators (collectives.node), not a schedule.
+        self.node_aware = node_aware
         self.restriction = restriction
         self.why = why
         # An all-reduce that reads IN itself; the others get the input copied into ACC first.
@@ -95,7 +97,17 @@ ALGORITHMS = {
     ],
 }
 
-_BY_NAME = {a.name: a for rows in ALGORITHMS.values() for a in rows}
+# Node-aware algorithms: for a communicator spanning more than one node with more than one
+# rank on some node; their restriction takes whether every node holds as many ranks.
+NODE_ALGORITHMS = {
+    "allreduce": [
+        Algorithm("allreduce_hierarchical", _uniform, "needs the same number of ranks on every node",
+                  node_aware=True),
+        Algorithm("allreduce_node_leader", node_aware=True),
+    ],
+}
+
+_BY_NAME = {a.name: a for table in (ALGORITHMS, NODE_ALGORITHMS) for rows in table.values() for a in rows}
 
 # auto: per collective, rows of (largest message in bytes, largest communicator, algorithm),
 # first match wins.  Measured on the 2-core machine by bench/; see README "Benchmarks".
@@ -123,6 +135,40 @@ AUTO = {
 }
 
 
+# auto across nodes: (largest message in bytes, algorithm) rows, first match that applies wins.
+NODE_AUTO = {
+    "allreduce": [
+        (64 << 10, "allreduce_node_leader"),
+        (None, "allreduce_hierarchical"),
+        (None, "allreduce_node_leader"),
+    ],
+}
+
+
+def may_be_node_aware(name):
+    """Whether the resolved choice ``name`` ("auto" or a full name) can run node-aware."""
+    return name == "auto" or _BY_NAME[name].node_aware
+
+
+def select_node(collective, requested, nbytes, uniform):
+    """The node-aware Algorithm to run, or None for a flat one: ``requested`` when it is
+    node-aware and applies, else, for "auto", the NODE_AUTO choice."""
+    name = resolve_name(collective, requested)
+    if name != "auto" and not _BY_NAME[name].node_aware:
+        return None
+    if name != "auto":
+        algo = _BY_NAME[name]
+        reason = algo.applies(None, None, uniform)
+        if reason is None:
+            return algo
+        log.info("collectives: %s does not apply (%s); falling back to auto", name, reason)
+    for max_bytes, auto_name in NODE_AUTO[collective]:
+        algo = _BY_NAME[auto_name]
+        if (max_bytes is None or nbytes <= max_bytes) and algo.applies(None, None, uniform) is None:
+            return algo
+    return None
+
+
 def names(collective):
     """Every algorithm name of ``collective``, in table order."""
     return [a.name for a in ALGORITHMS[collective]]
@@ -134,8 +180,9 @@ def resolve_name(collective, name):
         return "auto"
     full = name if name.startswith(collective + "_") else f"{collective}_{name}"
     if full not in _BY_NAME or not full.startswith(collective + "_"):
+        known = names(collective) + [a.name for a in NODE_ALGORITHMS.get(collective, [])]
         raise ValueError(f"unknown {collective} algorithm {name!r}; choose auto or one of "
-                         + ", ".join(n[len(collective) + 1:] for n in names(collective)))
+                         + ", ".join(n[len(collective) + 1:] for n in known))
     return full
 
 
@@ -149,7 +196,8 @@ def select(collective, requested, size, count, nbytes, uniform=True):
     name = resolve_name(collective, requested)
     if name != "auto":
         algo = _BY_NAME[name]
-        reason = algo.applies(size, count, uniform)
+        reason = ("needs more than one node with several ranks on some node" if algo.node_aware
+                  else algo.applies(size, count, uniform))
         if reason is None:
             return algo
         log.info("collectives: %s does not apply (%s); falling back to auto", name, reason)

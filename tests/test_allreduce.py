@@ -4,9 +4,7 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from collectives.ops import MPI_OP
-from util import (ops_at, ALL_DTYPES, LARGE, assert_close, assert_identical_across_ranks, make_data,
-                  native_supports, ops_for, reference, sizes)
+from util import ALL_DTYPES, LARGE, assert_close, check_allreduce, make_data, ops_for, sizes
 
 ALGORITHMS = collectives.names("allreduce")
 
@@ -15,20 +13,7 @@ ALGORITHMS = collectives.names("allreduce")
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_allreduce(comm, mpi_comm, algorithm, dtype):
-    p, r = comm.size, comm.rank
-    for n in sizes(p):
-        for op in ops_at(dtype, n):
-            what = f"{algorithm} {op} {dtype} n={n} p={p}"
-            send = make_data(dtype, op, n, r)
-            got = np.full_like(send, 7)
-            comm.Allreduce(send, got, op=MPI_OP[op], algorithm=algorithm)
-            if native_supports(dtype):
-                want = np.empty_like(send)
-                mpi_comm.Allreduce(send, want, op=MPI_OP[op])
-            else:
-                want = reference(dtype, op, n, p)
-            assert_close(got, want, dtype, p, what)
-            assert_identical_across_ranks(mpi_comm, got, what)
+    check_allreduce(comm, mpi_comm, dtype, sizes(comm.size), algorithm, algorithm=algorithm)
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

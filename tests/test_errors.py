@@ -151,7 +151,8 @@ def test_error_seen_by_one_rank_raises_on_every_rank(comm, mpi_comm, collective)
 
 
 def test_unknown_algorithm_lists_the_choices(comm, mpi_comm, monkeypatch):
-    choices = ", ".join(n[len("allreduce_"):] for n in collectives.names("allreduce"))
+    known = collectives.names("allreduce") + [a.name for a in registry.NODE_ALGORITHMS["allreduce"]]
+    choices = ", ".join(n[len("allreduce_"):] for n in known)
     with pytest.raises(ValueError, match=f"unknown allreduce algorithm 'fastest'; choose auto or one of {choices}$"):
         comm.Allreduce(np.ones(2), np.zeros(2), algorithm="fastest")
     with pytest.raises(ValueError, match="unknown allreduce algorithm 'bcast_binomial'"):

@@ -126,3 +126,22 @@ def expect_error(bad, exc, match):
     if bad:
         return pytest.raises(exc, match=match)
     return pytest.raises(ValueError, match="invalid arguments on another rank")
+
+
+def check_allreduce(comm, world, dtype, counts, label, **kwargs):
+    """``comm.Allreduce(**kwargs)`` over every op at each of ``counts`` elements, against
+    native MPI on ``world`` (or NumPy where MPI is no reference), identical on every rank."""
+    p, r = world.Get_size(), world.Get_rank()
+    for n in counts:
+        for op in ops_at(dtype, n):
+            what = f"{label} {op} {dtype} n={n} p={p}"
+            send = make_data(dtype, op, n, r)
+            got = np.full_like(send, 7)
+            comm.Allreduce(send, got, op=MPI_OP[op], **kwargs)
+            if native_supports(dtype):
+                want = np.empty_like(send)
+                world.Allreduce(send, want, op=MPI_OP[op])
+            else:
+                want = reference(dtype, op, n, p)
+            assert_close(got, want, dtype, p, what)
+            assert_identical_across_ranks(world, got, what)

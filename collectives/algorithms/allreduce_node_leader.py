@@ -1,0 +1,30 @@
+"""Leader-based (node-aware) all-reduce, for small messages: reduce to a leader in each
+node, all-reduce among the leaders, broadcast in each node.
+
+Steps: the ranks of a node reduce to its first rank (the leader); the leaders, one per node
+and forming lane 0, all-reduce; each leader broadcasts the result in its node.
+
+Composed from collectives' own Reduce, Allreduce and Bcast on the node's communicators
+(collectives.node), each phase with its own ``auto`` choice: the single-schedule executor
+runs on one communicator.
+
+Restrictions: none (nodes may hold different numbers of ranks).  Only one rank per node
+talks between nodes, so for large n the hierarchical all-reduce, which spreads that traffic
+over every rank, is the better choice.
+
+Cost, with k ranks per node and m nodes, intra-node (a, b) and inter-node (A, B), binomial
+trees in the node: 2 lg k (a + n b) + lg k n gamma, plus the leaders' all-reduce of n
+elements, lg m (A + n B + n gamma) by recursive doubling.
+"""
+from mpi4py import MPI
+
+
+def allreduce_node_leader(nodes, send, recv, op):
+    """All-reduce ``send`` (None: in place) into ``recv`` over the node structure ``nodes``."""
+    leader = nodes.local == 0
+    if send is None:
+        send = MPI.IN_PLACE if leader else recv
+    nodes.intra.Reduce(send, recv if leader else None, op=op, root=0)
+    if leader:
+        nodes.lane.Allreduce(MPI.IN_PLACE, recv, op=op)
+    nodes.intra.Bcast(recv, root=0)

@@ -1,0 +1,148 @@
+"""Which ranks share a node: the intra-node and lane communicators of a Comm, built once.
+
+A node is the set of ranks ``Split_type(COMM_TYPE_SHARED)`` puts together.  For testing
+on one host, COLLECTIVES_NODE overrides it with a layout of consecutive ranks:
+
+* ``K`` -- nodes of K ranks (the last one holds what is left: 5 ranks at K=2 are 2, 2, 1);
+* ``NxK`` -- N nodes of K ranks (``2x3``: two nodes of three; ``3x2``: three nodes of two);
+* ``a,b,c`` -- nodes of a, b and c ranks (uneven layouts).
+
+A layout whose ranks do not add up to the communicator's size is refused with a ValueError.
+Lane j is the communicator of the j-th rank of every node (only nodes that have one).
+"""
+import os
+
+import numpy as np
+from mpi4py import MPI
+
+
+def layout(spec, size):
+    """Ranks per node, in rank order, from a COLLECTIVES_NODE value ``spec`` at ``size`` ranks."""
+    spec = spec.strip().lower()
+    try:
+        if "x" in spec:
+            nodes, per = (int(v) for v in spec.split("x"))
+            counts = [per] * nodes
+        elif "," in spec:
+            counts = [int(v) for v in spec.split(",")]
+        else:
+            per = int(spec)
+            counts = [per] * (size // per) + ([size % per] if size % per else []) if per > 0 else [0]
+    except ValueError:
+        raise ValueError(f"COLLECTIVES_NODE={spec!r}: expected K, NxK or a,b,c (ranks per node)") from None
+    if any(c <= 0 for c in counts) or sum(counts) != size:
+        raise ValueError(f"COLLECTIVES_NODE={spec!r}: nodes of {counts} ranks do not make "
+                         f"{size} ranks; each node needs at least one")
+    return counts
+
+
+class Nodes:
+    """The node structure of a communicator: ``intra``, ``lane`` (collectives.Comm, or None
+    when there is one node), ``counts`` (ranks per node) and ``local`` (index in the node)."""
+
+    def __init__(self, comm):
+        """Build from the collectives.Comm ``comm``; collective over it."""
+        from .comm import Comm
+
+        spec = os.environ.get("COLLECTIVES_NODE", "").strip()
+        if spec:
+            counts = layout(spec, comm.size)
+            node = np.repeat(np.arange(len(counts)), counts)[comm.rank]
+        else:
+            shared = comm._coll.Split_type(MPI.COMM_TYPE_SHARED)
+            first = shared.allreduce(comm.rank, op=MPI.MIN)
+            shared.Free()
+            firsts = comm._coll.allgather(first)
+            ids = {f: i for i, f in enumerate(sorted(set(firsts)))}
+            node = ids[first]
+            counts = np.bincount([ids[f] for f in firsts]).tolist()
+        self.counts = counts
+        self.multi = len(counts) > 1 and max(counts) > 1
+        self.uniform = len(set(counts)) == 1
+        self.intra = self.lane = None
+        if not self.multi:
+            return
+        self.intra = _flat(Comm, comm._coll.Split(int(node), comm.rank), comm)
+        self.local = self.intra.rank
+        self.lane = _flat(Comm, comm._coll.Split(self.local, comm.rank), comm)
+
+    def free(self):
+        """Release the sub-communicators."""
+        for sub in (self.intra, self.lane):
+            if sub is not None:
+                sub.Free()
+        self.intra = self.lane = None
+
+
+def _flat(Comm, made, parent):
+    """A Comm over ``made`` that owns it and never looks for nodes itself."""
+    sub = Comm(made, algorithms={k: v for k, v in parent.algorithms.items() if k != "allreduce"},
+               check=parent.check)
+    made.Free()
+    sub._nodes = FLAT
+    return sub
+
+
+class _Flat:
+    multi = False
+
+    def free(self):
+        """Nothing to release."""
+
+
+FLAT = _Flat()
+
+
+def allreduce(comm, sendbuf, recvbuf, op, algorithm):
+    """Run Comm.Allreduce node-aware when the choice says so; False to leave it to the flat path.
+
+    The choice: a per-call ``algorithm``, else the Comm's, else COLLECTIVES_ALLREDUCE, else
+    auto, which goes node-aware only with more than one node and several ranks on some node.
+    Arguments that do not pass the checks are left to the flat path, which reports them on
+    every rank.
+    """
+    from .agreement import agree
+    from .buffers import is_in_place, parse
+    from .executor import run
+    from .ops import check_op
+    from .registry import env_choice, may_be_node_aware, resolve_name, select_node
+
+    requested = resolve_name("allreduce", algorithm)
+    if requested == "auto":
+        requested = comm.algorithms.get("allreduce") or env_choice("allreduce")
+    if not may_be_node_aware(requested):
+        return False
+    try:
+        recv, n, _ = parse(recvbuf, "recvbuf", writable=True)
+        send = None if is_in_place(sendbuf) else parse(sendbuf, "sendbuf")[0]
+        opc, dt = check_op(op, recv.dtype)
+    except (ValueError, TypeError):
+        return False
+    if n == 0 or (send is not None and (send.size != n or send.dtype != recv.dtype)):
+        return False
+    if comm._nodes is None:
+        # Collective on the private communicator: queued behind pending nonblocking calls.
+        run(comm, lambda: setattr(comm, "_nodes", _built(comm)))
+    nodes = comm._nodes
+    if not nodes.multi:
+        return False
+    algo = select_node("allreduce", requested, recv.nbytes, nodes.uniform)
+    if algo is None:
+        return False
+    if send is not None and np.shares_memory(send, recv):
+        send = send.copy()
+
+    def job():
+        if comm.check:
+            # Ranks about to run different phases on different communicators would hang.
+            agree(comm, "allreduce", None, count=n, dtype=dt, op=opc, nbytes=recv.nbytes)
+        algo.build(nodes, send, recv, op)
+    comm.last_algorithm = algo.name
+    run(comm, job)
+    return True
+
+
+def _built(comm):
+    """The Nodes of ``comm``, or FLAT when it spans one node: later calls skip the checks."""
+    nodes = Nodes(comm)
+    return nodes if nodes.multi else FLAT

@@ -1,0 +1,97 @@
+"""Node-aware all-reduces under COLLECTIVES_NODE layouts on one host, against native MPI and NumPy."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import collectives
+from collectives.node import layout
+from util import ALL_DTYPES, assert_close, check_allreduce, make_data, reference, sizes
+
+NODE_ALGORITHMS = ["allreduce_hierarchical", "allreduce_node_leader"]
+# Uneven layouts (the last two) run node_leader only: hierarchical falls back to it.
+LAYOUTS = ["2x2", "2x3", "3x2", "3,1", "1,2,2"]
+
+
+def _node_comm(monkeypatch, spec):
+    size = MPI.COMM_WORLD.Get_size()
+    try:
+        layout(spec, size)
+    except ValueError:
+        pytest.skip(f"layout {spec} does not fit {size} ranks")
+    monkeypatch.setenv("COLLECTIVES_NODE", spec)
+    return collectives.Comm(MPI.COMM_WORLD)
+
+
+@pytest.mark.parametrize("spec", LAYOUTS)
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("algorithm", NODE_ALGORITHMS + ["auto"])
+def test_node_allreduce(monkeypatch, spec, algorithm, dtype):
+    world = MPI.COMM_WORLD
+    with _node_comm(monkeypatch, spec) as comm:
+        check_allreduce(comm, world, dtype, sizes(world.size) + [70000], f"{algorithm} {spec}",
+                        algorithm=algorithm)
+
+
+@pytest.mark.parametrize("spec", LAYOUTS)
+@pytest.mark.parametrize("algorithm", NODE_ALGORITHMS)
+def test_node_allreduce_in_place_and_choice(monkeypatch, spec, algorithm):
+    p, r = MPI.COMM_WORLD.size, MPI.COMM_WORLD.rank
+    with _node_comm(monkeypatch, spec) as comm:
+        buf = make_data(np.float64, "sum", 1001, r)
+        want = reference(np.float64, "sum", 1001, p)
+        comm.Allreduce(MPI.IN_PLACE, buf, algorithm=algorithm)
+        assert_close(buf, want, np.float64, p, f"{algorithm} {spec} in place")
+        uniform = len(set(layout(spec, p))) == 1
+        expected = algorithm if uniform else "allreduce_node_leader"
+        assert comm.last_algorithm == expected
+
+
+@pytest.mark.parametrize("nbytes, expected", [(8, "allreduce_node_leader"),
+                                              (1 << 20, "allreduce_hierarchical")])
+def test_auto_picks_node_aware_only_across_nodes(monkeypatch, nbytes, expected):
+    p = MPI.COMM_WORLD.size
+    buf = np.ones(nbytes // 8)
+    spec = "2" if p % 2 == 0 and p > 2 else str(p)
+    monkeypatch.setenv("COLLECTIVES_NODE", spec)
+    with collectives.Comm(MPI.COMM_WORLD) as comm:
+        comm.Allreduce(MPI.IN_PLACE, buf)
+        multi = p > 2 and spec == "2"
+        if multi:
+            assert comm.last_algorithm == expected
+        else:
+            assert comm.last_algorithm not in NODE_ALGORITHMS
+        assert np.all(buf == p)
+
+
+def test_forced_node_algorithm_on_one_node_falls_back():
+    p = MPI.COMM_WORLD.size
+    with collectives.Comm(MPI.COMM_WORLD) as comm:
+        buf = np.ones(10)
+        comm.Allreduce(MPI.IN_PLACE, buf, algorithm="hierarchical")
+        assert comm.last_algorithm not in NODE_ALGORITHMS
+        assert np.all(buf == p)
+
+
+@pytest.mark.parametrize("spec, counts", [("2", None), ("2x3", [3, 3]), ("3x2", [2, 2, 2]),
+                                          ("1,2,2", [1, 2, 2])])
+def test_layout(spec, counts):
+    assert layout(spec, 6 if counts is None else sum(counts)) == (counts or [2, 2, 2])
+    assert layout("2", 5) == [2, 2, 1]
+
+
+@pytest.mark.parametrize("spec", ["0", "2x", "abc", "2x2", "3,0,3"])
+def test_bad_layout(spec):
+    with pytest.raises(ValueError, match="COLLECTIVES_NODE"):
+        layout(spec, 6)
+
+
+def test_six_ranks_in_a_job_of_their_own():
+    """2x3 and 3x2 need 6 ranks, which the suite's launches (1..5, 8) never have: launch them."""
+    if MPI.COMM_WORLD.size != 1:
+        pytest.skip("launched once, from the one-rank run")
+    from launch import mpiexec
+
+    done = mpiexec(6, ["-m", "pytest", "-p", "no:cacheprovider", "-q", "-k", "2x3 or 3x2", "tests/test_node.py"],
+                   timeout=600, env={"MPIR_CVAR_DEVICE_COLLECTIVES": "none", "OPENBLAS_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert " passed" in done.stdout and "failed" not in done.stdout
