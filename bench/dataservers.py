@@ -26,6 +26,8 @@ from collectives import Comm
 from collectives.train.data import DIGITS
 from collectives.train.job import make_trainer, prepare
 
+from .common import interleaved, table
+
 RUNS = {
     "softmax b=32": dict(optimizer="sgd", lr=0.01, momentum=0.9, batch=32, epochs=20),
     "softmax b=256": dict(optimizer="sgd", lr=0.05, momentum=0.9, batch=256, epochs=60),
@@ -56,23 +58,23 @@ def main():
     servers = [0] + [k for k in args.servers if 1 <= k < comm.size]
     data = prepare(comm, DIGITS)
     n = comm.comm.allreduce(len(data.train))
-    times = {(run, k): [] for run in args.runs for k in servers}
-    for _ in range(args.repeats):
-        for run, k in times:
-            times[run, k].append(once(comm, data, run, k))
+    times = interleaved([(run, k) for run in args.runs for k in servers], args.repeats,
+                        lambda case: once(comm, data, *case))
+    rows = []
+    for run in args.runs:
+        base = None
+        for k in servers:
+            per_epoch, share = np.median(np.array(times[run, k]), axis=0)
+            rate = n / per_epoch
+            base = base or rate
+            rows.append({"run": run, "reading": f"{k} data server{'s' * (k > 1)}" if k else "partitioned",
+                         "workers": comm.size - k, "rows/s": rate, "s/epoch": per_epoch, "comm %": 100 * share,
+                         "ratio": rate / base})
     if comm.rank == 0:
         print(f"# np={comm.size}, {n} training rows, median of {args.repeats} interleaved runs "
               f"(shared machine: compare ratios)")
-        print(f"{'run':<14} {'reading':<16} {'workers':>7} {'rows/s':>9} {'s/epoch':>8} {'comm %':>6} {'ratio':>6}")
-        for run in args.runs:
-            base = None
-            for k in servers:
-                per_epoch, share = np.median(np.array(times[run, k]), axis=0)
-                rate = n / per_epoch
-                base = base or rate
-                reading = "partitioned" if k == 0 else f"{k} data server{'s' * (k > 1)}"
-                print(f"{run:<14} {reading:<16} {comm.size - k:>7} {rate:>9.0f} {per_epoch:>8.4f} "
-                      f"{100 * share:>6.1f} {rate / base:>6.2f}")
+        print("\n".join(table([("run", 14, ""), ("reading", 16, ""), ("workers", 7, "d"), ("rows/s", 9, ".0f"),
+                               ("s/epoch", 8, ".4f"), ("comm %", 6, ".1f"), ("ratio", 6, ".2f")], rows)))
     comm.Free()
 
 

@@ -34,6 +34,7 @@ from collectives import Comm
 from collectives.train.data import DIGITS
 from collectives.train.job import make_trainer, prepare
 
+from .common import interleaved, table
 from .train import optimum
 
 SGD = dict(optimizer="sgd", lr=0.01, momentum=0.99, batch=32)
@@ -86,26 +87,26 @@ def main():
     data = prepare(comm, DIGITS, test_fraction=0)
     conditions = {"none": (), f"rank 1 x{args.factor:g}": (f"1:{args.factor:g}",),
                   f"random {args.random}": (f"random:{args.random}",)}
-    results = {(run, c): [] for run in args.runs for c in conditions}
-    for _ in range(args.repeats):
-        for run, c in results:
-            results[run, c].append(once(comm, data, F_star, RUNS[run], conditions[c], args.epochs))
+    results = interleaved([(run, c) for run in args.runs for c in conditions], args.repeats,
+                          lambda case: once(comm, data, F_star, RUNS[case[0]], conditions[case[1]], args.epochs))
+    rows = []
+    for run in args.runs:
+        base = None
+        for c in conditions:
+            rs = results[run, c]
+            ep, s, per, wait = (_median([r[i] for r in rs]) for i in range(4))
+            if sum(r[0] is not None for r in rs) * 2 <= len(rs):  # most repeats missed 1%
+                ep = s = None
+            base = base or (s, per)
+            # time to 1% against no straggler; per epoch when either run missed 1%
+            ratio = s / base[0] if s and base[0] else per / base[1]
+            rows.append({"run": run, "straggler": c, "ep": ep, "s": s, "s/ep": per, "wait %": 100 * wait,
+                         "slow x": ratio})
     if comm.rank == 0:
         print(f"# np={world.size}, F*={F_star:.12f}, target {TARGET:.0%} above F*, median of {args.repeats} "
               f"interleaved runs (shared machine: compare ratios)")
-        print(f"{'run':<12} {'straggler':<16} {'ep':>4} {'s':>7} {'s/ep':>7} {'wait %':>6} {'slow x':>6}")
-        for run in args.runs:
-            base = None
-            for c in conditions:
-                rs = results[run, c]
-                ep, s, per, wait = (_median([r[i] for r in rs]) for i in range(4))
-                reached = sum(r[0] is not None for r in rs) * 2 > len(rs)  # most repeats reached it
-                here = (s if reached else None, per)
-                base = base or here
-                # time to 1% against no straggler; per epoch when either run missed 1%
-                ratio = here[0] / base[0] if here[0] and base[0] else here[1] / base[1]
-                print(f"{run:<12} {c:<16} {f'{ep:.0f}' if reached else '-':>4} {f'{s:.3f}' if reached else '-':>7} "
-                      f"{per:>7.4f} {100 * wait:>6.1f} {ratio:>6.2f}")
+        print("\n".join(table([("run", 12, ""), ("straggler", 16, ""), ("ep", 4, ".0f"), ("s", 7, ".3f"),
+                               ("s/ep", 7, ".4f"), ("wait %", 6, ".1f"), ("slow x", 6, ".2f")], rows)))
     comm.Free()
 
 

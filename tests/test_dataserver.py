@@ -1,33 +1,15 @@
 """Data servers (--data-servers K): the same minibatches, and so the same parameters, as
 partitioned reading with the same seed; the slices of a minibatch; options that cannot apply."""
-import contextlib
-import io
-
 import numpy as np
 import pytest
-from mpi4py import MPI
 
-from collectives import Comm
 from collectives.train.data import DIGITS
 from collectives.train.dataserver import worker_rows
 from collectives.train.errors import DataError, UsageError
 from collectives.train.job import make_trainer, prepare
+from train_util import fit, world_fixture
 
-WORLD = MPI.COMM_WORLD
-
-
-@pytest.fixture(scope="module")
-def world():
-    c = Comm(WORLD)
-    yield c, prepare(c, DIGITS, test_fraction=0.2)
-    c.Free()
-
-
-def fit(comm, data, **options):
-    """Train quietly; (trainer, final parameters)."""
-    trainer = make_trainer(comm, data, progress=False, log_every=1, **options)
-    with contextlib.redirect_stdout(io.StringIO()):
-        return trainer, trainer.fit()
+world = world_fixture(test_fraction=0.2)
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3, 7])

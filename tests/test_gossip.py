@@ -1,19 +1,16 @@
 """Gossip topologies: the graphs, the Metropolis-Hastings matrix (exactly doubly stochastic and
 symmetric), one gossip step against NumPy's dense W @ X, and consensus without gradients."""
-import contextlib
-import io
 from fractions import Fraction
 
 import numpy as np
 import pytest
-from mpi4py import MPI
 
 from collectives import Comm
-from collectives.train.data import DIGITS
 from collectives.train.gossip import TOPOLOGIES, Gossip, consensus_distance, graph, grid, matrix
-from collectives.train.job import make_trainer, prepare
+from collectives.train.job import make_trainer
+from train_util import fit, world_fixture
 
-WORLD = MPI.COMM_WORLD
+world = world_fixture()
 SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17]
 
 
@@ -102,20 +99,11 @@ def test_consensus_distance_shrinks_without_gradients(mpi_comm, topology):
     comm.Free()
 
 
-@pytest.fixture(scope="module")
-def world():
-    c = Comm(WORLD)
-    yield c, prepare(c, DIGITS, test_fraction=0)
-    c.Free()
-
-
 @pytest.mark.parametrize("topology", TOPOLOGIES)
 def test_gossip_training_converges_and_reports_consensus(world, topology):
     comm, data = world
-    trainer = make_trainer(comm, data, progress=False, log_every=1, optimizer="sgd", lr=0.05, momentum=0.9,
-                           epochs=4, sync="gossip", topology=topology)
-    with contextlib.redirect_stdout(io.StringIO()):
-        w = trainer.fit()
+    trainer, w = fit(comm, data, optimizer="sgd", lr=0.05, momentum=0.9, epochs=4, sync="gossip",
+                     topology=topology)
     assert trainer.final[0] < 0.15
     np.testing.assert_array_equal(comm.comm.bcast(w), w)
     distances = [row["consensus"] for row in trainer.history]

@@ -10,30 +10,14 @@ import io
 
 import numpy as np
 import pytest
-from mpi4py import MPI
 
-from collectives import Comm
-from collectives.train.data import DIGITS
 from collectives.train.errors import UsageError
-from collectives.train.job import main, make_trainer, prepare
+from collectives.train.job import main, make_trainer
 from collectives.train.straggler import MAX_FACTOR, Stragglers, check, parse
+from train_util import fit, world_fixture
 
-WORLD = MPI.COMM_WORLD
 SGD = dict(optimizer="sgd", lr=0.05, momentum=0.9, epochs=4)
-
-
-@pytest.fixture(scope="module")
-def world():
-    c = Comm(WORLD)
-    yield c, prepare(c, DIGITS, test_fraction=0)
-    c.Free()
-
-
-def fit(comm, data, **options):
-    """Train quietly; (trainer, final parameters)."""
-    trainer = make_trainer(comm, data, progress=False, log_every=1, **options)
-    with contextlib.redirect_stdout(io.StringIO()):
-        return trainer, trainer.fit()
+world = world_fixture()
 
 
 def slow_rank(comm):

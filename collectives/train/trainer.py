@@ -12,7 +12,14 @@
              for E local epochs from the global model, then a weighted average;
 * ``ps``     parameter server (collectives.train.ps): asynchronous, or stale-synchronous
              with bound tau (tau = 0 is synchronous and matches ``sync``);
-* ``gossip`` each step, average with the ring neighbours; one global average at the end.
+* ``gossip`` each step, mix with the neighbours of a ``topology`` (ring, torus, exponential,
+             random matching) by Metropolis-Hastings weights (collectives.train.gossip);
+             one global average at the end.
+
+``data_servers`` K (with ``sync``) has K ranks serve the others their minibatches
+(collectives.train.dataserver).  ``straggler`` slows chosen ranks' computation down
+(collectives.train.straggler); ``measure_wait`` times the wait for the slowest peer before
+each exchange apart from the exchange itself.  Local models report their consensus distance.
 
 Minibatches are drawn from a seeded permutation of the *global* row numbers (``sync``,
 ``ddp``, ``ps``), so the trajectory does not depend on the number of ranks; local models
