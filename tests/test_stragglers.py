@@ -13,6 +13,7 @@ import pytest
 
 from collectives.train.errors import UsageError
 from collectives.train.job import main, make_trainer
+from collectives.train import straggler
 from collectives.train.straggler import MAX_FACTOR, Stragglers, check, parse
 from train_util import fit, world_fixture
 
@@ -41,22 +42,47 @@ def test_specs_parse_and_bad_ones_are_usage_errors():
         check(["random:0.1:2", "random:0.2:2"], 2)
 
 
-def test_slowdown_is_the_factor_of_the_measured_time():
+class FakeTime:
+    """perf_counter() and sleep() of a clock that moves only when told, recording the sleeps."""
+
+    def __init__(self):
+        self.now, self.slept = 100.0, []
+
+    def perf_counter(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_slowdown_is_the_factor_of_the_measured_time(monkeypatch):
+    clock = FakeTime()
+    monkeypatch.setattr(straggler, "time", clock)
+    slow = Stragglers(["0:4"], 0, seed=0)
+    start = clock.now
+    clock.now += 0.25  # a computation of 0.25 s
+    assert slow.stretch(slow.slowdown(), start) == start + 1.0  # it now took 4 times as long
+    assert clock.slept == [0.75]
+    other = Stragglers(["0:4"], 1, seed=0)
+    assert not other and other.slowdown() == 1
+    assert other.stretch(1.0, clock.now - 0.5) == clock.now and clock.slept == [0.75]  # no sleep at factor 1
+
+
+def test_random_slowdowns_are_seeded_draws():
     fixed = Stragglers(["1:3", "random:0.5:2"], 1, seed=7)
-    other = Stragglers(["1:3"], 0, seed=7)
-    assert not other and other.delay(0.001) == 0
     factors = [fixed.slowdown() for _ in range(2000)]
     assert set(factors) == {3.0, 6.0}  # the fixed factor, times the random one half of the time
     assert 0.45 < factors.count(6.0) / len(factors) < 0.55
     again = Stragglers(["1:3", "random:0.5:2"], 1, seed=7)
     assert [again.slowdown() for _ in range(2000)] == factors  # seeded: a run repeats
-    assert Stragglers(["0:4"], 0, seed=0).delay(1e-4) == pytest.approx(3e-4)
 
 
-@pytest.mark.parametrize("options", [dict(sync="sync"), dict(sync="local", local_steps=4), dict(sync="gossip"),
+@pytest.mark.parametrize("options", [dict(sync="sync"), dict(sync="ddp", model="mlp", hidden=16, bucket_kb=1),
+                                     dict(sync="local", local_steps=4), dict(sync="gossip"),
                                      dict(sync="fedavg", client_fraction=0.5, local_epochs=2, epochs=8),
                                      dict(sync="ps", tau=0)],
-                         ids=["bsp", "local", "gossip", "fedavg", "ps-tau0"])
+                         ids=["bsp", "ddp", "local", "gossip", "fedavg", "ps-tau0"])
 def test_a_straggler_leaves_deterministic_synchronisations_unchanged(world, options):
     """A slow rank only delays these: the same parameters, bit for bit, and converged."""
     comm, data = world

@@ -54,7 +54,7 @@ def check(specs, size):
 
 
 class Stragglers:
-    """This rank's slowdown: ``delay(seconds)`` sleeps what makes a computation of ``seconds`` slow."""
+    """This rank's slowdown: ``stretch(slowdown(), start)`` slows the computation begun at ``start``."""
 
     def __init__(self, specs, rank, seed):
         self.factor, self.random = 1.0, None
@@ -75,9 +75,14 @@ class Stragglers:
             factor *= self.random[1]
         return factor
 
-    def delay(self, seconds):
-        """Sleep (factor - 1) * ``seconds`` for the next computation; the seconds slept."""
-        extra = (self.slowdown() - 1) * seconds
+    def stretch(self, factor, since):
+        """Make the computation since perf_counter() was ``since`` take ``factor`` times as long:
+        sleep (factor - 1) times its time so far; perf_counter() after.
+
+        A computation timed in pieces (a backward pass layer by layer) stretches each piece by
+        one ``slowdown()``.
+        """
+        extra = (factor - 1) * (time.perf_counter() - since)
         if extra > 0:
             time.sleep(extra)
-        return extra
+        return time.perf_counter()

@@ -172,7 +172,7 @@ class Trainer:
             t = time.perf_counter()
             yield
             if self.stragglers:
-                self.stragglers.delay(time.perf_counter() - t)
+                self.stragglers.stretch(self.stragglers.slowdown(), t)
 
     def synchronise(self, comm=None, peers=None):
         """With ``measure_wait``, wait for the peers before an exchange, timed as wait.
@@ -515,7 +515,10 @@ class Trainer:
                 pending.append((names, buf, self.comm.Iallreduce(MPI.IN_PLACE, buf, algorithm=self.o["allreduce"])))
                 bucket.clear()
 
+            # a straggler slows each layer's backward down, so its buckets leave late too
+            factor, mark = self.stragglers.slowdown(), t
             for name, part in parts:
+                mark = self.stragglers.stretch(factor, mark)
                 if bucket and sum(p.size for _, p in bucket) + part.size > cap:
                     started = started or time.perf_counter()
                     launch()
@@ -523,8 +526,6 @@ class Trainer:
             if bucket:
                 started = started or time.perf_counter()
                 launch()
-            if self.stragglers:
-                self.stragglers.delay(time.perf_counter() - t)
             t_wait = time.perf_counter()
             self.clock.total["compute"] += t_wait - t
             for names, buf, req in pending:
