@@ -21,6 +21,7 @@ within an epoch).  Columns:
   wait %     share of rank 0's compute + comm + wait time spent waiting for slower peers
              (a barrier before each all-reduce, zero-byte messages before a gossip
              exchange, a parameter server holding a pull back for the staleness bound)
+  gap        best relative gap (F - F*) / F* reached in the budget
   slow x     time to 1% against no straggler (per epoch when either misses 1%)
 """
 import argparse
@@ -52,7 +53,7 @@ TARGET = 0.01
 
 
 def once(comm, data, F_star, options, straggler, epochs):
-    """(epochs to TARGET or None, seconds to TARGET or None, seconds per epoch, wait share) on rank 0."""
+    """(epochs to TARGET or None, seconds to TARGET or None, seconds per epoch, wait share, best gap) on rank 0."""
     trainer = make_trainer(comm, data, progress=False, log_every=1, measure_wait=True, epochs=epochs,
                            straggler=straggler, **SGD, **options)
     with contextlib.redirect_stdout(io.StringIO()):
@@ -62,7 +63,8 @@ def once(comm, data, F_star, options, straggler, epochs):
     total = trainer.clock.total
     busy = total["compute"] + total["comm"] + total["wait"]
     per_epoch = rows[-1]["training"] / rows[-1]["epoch"] if rows else float("nan")
-    return (hit and hit["epoch"], hit and hit["training"], per_epoch, total["wait"] / busy if busy else 0.0)
+    gap = min((r["objective"] - F_star) / F_star for r in rows) if rows else float("nan")
+    return (hit and hit["epoch"], hit and hit["training"], per_epoch, total["wait"] / busy if busy else 0.0, gap)
 
 
 def _median(values):
@@ -94,19 +96,20 @@ def main():
         base = None
         for c in conditions:
             rs = results[run, c]
-            ep, s, per, wait = (_median([r[i] for r in rs]) for i in range(4))
+            ep, s, per, wait, gap = (_median([r[i] for r in rs]) for i in range(5))
             if sum(r[0] is not None for r in rs) * 2 <= len(rs):  # most repeats missed 1%
                 ep = s = None
             base = base or (s, per)
             # time to 1% against no straggler; per epoch when either run missed 1%
             ratio = s / base[0] if s and base[0] else per / base[1]
             rows.append({"run": run, "straggler": c, "ep": ep, "s": s, "s/ep": per, "wait %": 100 * wait,
-                         "slow x": ratio})
+                         "gap": gap, "slow x": ratio})
     if comm.rank == 0:
         print(f"# np={world.size}, F*={F_star:.12f}, target {TARGET:.0%} above F*, median of {args.repeats} "
               f"interleaved runs (shared machine: compare ratios)")
         print("\n".join(table([("run", 12, ""), ("straggler", 16, ""), ("ep", 4, ".0f"), ("s", 7, ".3f"),
-                               ("s/ep", 7, ".4f"), ("wait %", 6, ".1f"), ("slow x", 6, ".2f")], rows)))
+                               ("s/ep", 7, ".4f"), ("wait %", 6, ".1f"), ("gap", 8, ".1e"), ("slow x", 6, ".2f")],
+                              rows)))
     comm.Free()
 
 
