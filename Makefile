@@ -201,5 +201,12 @@ bench-kernels: build
 bench-startup: build
 	$(PY) -m bench.startup --mpiexec $(MPIEXEC) $(BENCH_STARTUP_ARGS)
 
+# Time to 1% of the optimum with and without a straggler per synchronisation (bench/stragglers.py),
+# then data servers against partitioned reading (bench/dataservers.py), at np=4.
+.PHONY: bench-stragglers
+bench-stragglers: build
+	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m bench.stragglers $(BENCH_STRAGGLERS_ARGS)
+	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m bench.dataservers
+
 clean:
 	rm -rf build collectives/*.so collectives/_kernels.c collectives/_engine.c collectives/_compress.c

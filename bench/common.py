@@ -66,6 +66,16 @@ def table(columns, rows):
     return lines
 
 
+def interleaved(cases, repeats, measure):
+    """{case: [measure(case), one per round]}: every case once per round for ``repeats`` rounds,
+    so a shared machine's load falls on all of them alike."""
+    out = {case: [] for case in cases}
+    for _ in range(repeats):
+        for case in cases:
+            out[case].append(measure(case))
+    return out
+
+
 def environment():
     """What a result depends on besides the code: versions, host, cores and relevant variables."""
     from mpi4py import MPI

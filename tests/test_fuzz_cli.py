@@ -19,6 +19,7 @@ from mpi4py import MPI
 import collectives.__main__ as cli
 from collectives import abort
 from collectives.compression import COMPRESSORS
+from collectives.train.gossip import TOPOLOGIES
 from collectives.train.models import MODELS
 from collectives.train.optim import OPTIMIZERS, Newton
 from collectives.train.trainer import SYNCS
@@ -71,11 +72,13 @@ def _values(paths, valid):
         "--tau": st.integers(-3, 3).map(str), "--max-steps": st.integers(-3, 4).map(str),
         "--checkpoint-every": ints(0, 4),
         "--partition": choice(["iid", "skew"]),
+        "--straggler": st.sampled_from(["0:2", "random:0.5:3", "1:2"] + ([] if valid else ["0:1e400", "0:0.5", "x", ""])),
+        "--topology": choice(TOPOLOGIES), "--data-servers": ints(0, 2),
         "--seed": st.integers(0 if valid else -3, 2 ** 70).map(str),
         "--checkpoint": st.sampled_from([paths["ckpt"], paths["bad_out"], paths["not_ckpt"]]),
         "--metrics": st.sampled_from([paths["out"], paths["bad_out"]]),
         "--save": st.sampled_from([paths["out"], paths["bad_out"]]),
-        **{flag: None for flag in ("--adam-decay", "--no-standardize", "--resume", "--reproducible",
+        **{flag: None for flag in ("--adam-decay", "--no-standardize", "--resume", "--reproducible", "--measure-wait",
                                    "--progress", "--no-progress", "--debug")},
     }
 

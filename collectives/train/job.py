@@ -15,6 +15,7 @@ from .models import CLASSIFIERS, MODELS, make_model
 from .optim import OPTIMIZERS
 from .checkpoint import PREEMPTED, write_file
 from .errors import DataError, UsageError, together
+from .gossip import TOPOLOGIES
 from .trainer import DEFAULT_EPOCHS, DEFAULTS, SYNCS, Trainer, check_options
 
 
@@ -145,6 +146,15 @@ def parser():
     a("--shards", type=count, default=2, help="skew: label shards per rank")
     a("--servers", type=count, default=d["servers"], help="ps: number of server ranks")
     a("--tau", type=int, default=d["tau"], help="ps: staleness bound (0 synchronous, negative asynchronous)")
+    a("--straggler", action="append", default=None, metavar="RANK:FACTOR",
+      help="slow rank RANK's compute down FACTOR times; random:P:FACTOR slows each rank's every gradient "
+           "computation with probability P (repeatable)")
+    a("--measure-wait", action="store_true", default=None,
+      help="time waiting for the slowest peer apart from communication (a barrier before each exchange; "
+           "on with --straggler)")
+    a("--topology", choices=list(TOPOLOGIES), default=None, help="gossip: neighbour graph (default ring)")
+    a("--data-servers", type=_at_least(0, int), default=0,
+      help="sync: the last K ranks serve minibatches to the others instead of each reading its own rows")
     a("--bucket-kb", type=float, default=d["bucket_kb"], help="ddp: bucket size in KiB")
     a("--test-fraction", type=_fraction, default=0.2, help="share of rows held out for testing, in [0, 1)")
     a("--no-standardize", action="store_true", help="keep features as read (sparse)")
@@ -216,6 +226,7 @@ def _report(args, prepared, trainer, w, metrics, classify):
     tm = trainer.clock.total
     print(f"objective {F:.12f}  train {what} {train_m:.4f}  time {trainer.elapsed:.2f} s "
           f"(compute {tm['compute']:.2f} s, communication {tm['comm']:.2f} s"
+          + (f", waiting {tm['wait']:.2f} s" if trainer.o["measure_wait"] or tm["wait"] else "")
           + (f", overlap {trainer.overlap:.0%}" if trainer.overlap is not None else "") + ")")
     print(f"test {what}: {test_m:.4f}" if trainer.n_test else "no test set (no rows held out)")
     if args.metrics:

@@ -17,6 +17,13 @@ with the step number (its *clock*), then pulls the shards back (collectives.p2p)
 
 At the end the servers' shards are all-gathered into the final model on every rank.
 
+A pull's reply carries two numbers after the shard: the seconds the server held it back
+for the staleness bound (waiting for slower workers: the worker counts them as wait, not
+communication), and the last clock applied to the shard.  A worker computing step k from a
+reply with clock a applied reads parameters k - 1 - a steps old (0 in synchronous SGD);
+stale-synchronous workers record that staleness per step (``Trainer.staleness``), which the
+bound keeps at most tau.
+
 Checkpoints (``checkpoint`` with ``checkpoint_every`` N, and at ``max_steps``): every N
 steps each worker pushes each server a marker after its step's push and pull.  A server
 that has every worker's marker has applied every gradient sent before them (messages from
@@ -25,6 +32,8 @@ stopping (a SIGTERM on any rank) and rank 0 writes the servers' gathered shards 
 whole parameter vector and optimizer state (collectives.train.checkpoint).  Any rank and
 server count resumes from it.
 """
+
+import time
 
 import numpy as np
 from mpi4py import MPI
@@ -101,9 +110,11 @@ class ParameterServer:
         t = self.trainer
         o = t.o
         servers = range(self.workers, t.size)
-        pulls = [p2p.pull(t.comm, w[lo:hi], s) for s, (lo, hi) in zip(servers, self.shards)]
+        replies = [np.empty(hi - lo + 2) for lo, hi in self.shards]
+        pulls = [p2p.pull(t.comm, buf, s) for s, buf in zip(servers, replies)]
         with t.clock("comm"):
             p2p.wait(pulls)
+        self._read(w, replies, t.t)
         for epoch in range(epoch0, o["epochs"]):
             batches = t.global_batches(epoch, n, t.train.rows)
             for s in range(step0 if epoch == epoch0 else 0, len(batches)):
@@ -112,8 +123,9 @@ class ParameterServer:
                 msgs = [np.concatenate(([t.t, count], g[lo:hi])) for lo, hi in self.shards]
                 with t.clock("comm"):
                     reqs = [p2p.push(t.comm, m, dst) for m, dst in zip(msgs, servers)]
-                    reqs += [p2p.pull(t.comm, w[lo:hi], dst) for dst, (lo, hi) in zip(servers, self.shards)]
+                    reqs += [p2p.pull(t.comm, buf, dst) for dst, buf in zip(servers, replies)]
                     p2p.wait(reqs)
+                self._read(w, replies, t.t + 1)
                 t.t += 1
                 t.progress(epoch, s, len(batches))
                 stop = o["max_steps"] is not None and t.t >= o["max_steps"]
@@ -130,6 +142,18 @@ class ParameterServer:
         self._tell(servers, DONE)
         return w
 
+    def _read(self, w, replies, clock):
+        """Copy the pulled shards into ``w``; move the servers' hold time from comm to wait and
+        record the staleness of the parameters that step ``clock`` reads."""
+        t = self.trainer
+        for (lo, hi), buf in zip(self.shards, replies):
+            w[lo:hi] = buf[:-2]
+        held = max(buf[-2] for buf in replies)
+        t.clock.total["comm"] -= held
+        t.clock.total["wait"] += held
+        if t.o["tau"] >= 0:
+            t.staleness.append(clock - 1 - int(min(buf[-1] for buf in replies)))
+
     def _tell(self, servers, clock, flag=False):
         """Push every server a message with ``clock`` (DONE or MARK) and ``flag``, and no gradient."""
         msgs = [np.concatenate(([clock, float(flag)], np.zeros(hi - lo))) for lo, hi in self.shards]
@@ -144,18 +168,26 @@ class ParameterServer:
         mask = t.model.penalised[lo:hi]
         lam = t.o["lam"]
         nw = self.workers
+        reply = np.empty(hi - lo + 2)  # the shard, the seconds held back, the last clock applied
+        applied = t.t - 1              # last clock applied (stale-synchronous)
+
+        def answer(worker, held):
+            reply[:-2] = shard
+            reply[-2:] = held, applied
+            p2p.serve(t.comm, reply, worker)
+
         for worker in range(nw):  # the initial pulls
-            p2p.serve(t.comm, shard, worker)
+            answer(worker, 0.0)
         msg = np.empty(2 + hi - lo)
         clock = np.full(nw, t.t, np.int64)  # next clock each worker will push (t.t: where it resumes)
         finished = np.zeros(nw, bool)
         marked = np.zeros(nw, bool)         # workers at a checkpoint boundary
         waiting = set()
         pending = {}                        # clock -> [gradient per worker]
-        applied = t.t - 1                   # last clock applied (stale-synchronous)
+        arrived = np.zeros(nw)              # when each worker's last push arrived
 
         def step(g):
-            with t.clock("compute"):
+            with t.computing():
                 opt.step(shard, g + lam * shard * mask)
 
         while not finished.all():
@@ -173,8 +205,9 @@ class ParameterServer:
                 continue
             if tau < 0:
                 step(msg[2:] / count)
-                p2p.serve(t.comm, shard, sender)
+                answer(sender, 0.0)
                 continue
+            arrived[sender] = time.perf_counter()
             pending.setdefault(c, (count, [None] * nw))[1][sender] = msg[2:].copy()
             clock[sender] = c + 1
             waiting.add(sender)
@@ -187,6 +220,7 @@ class ParameterServer:
                 applied += 1
             for worker in sorted(waiting):
                 if clock[worker] - 1 - tau <= applied:
-                    p2p.serve(t.comm, shard, worker)
+                    # a pull answered as its push arrives waited for no one
+                    answer(worker, 0.0 if worker == sender else time.perf_counter() - arrived[worker])
                     waiting.discard(worker)
         return shard

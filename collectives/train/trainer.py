@@ -12,7 +12,14 @@
              for E local epochs from the global model, then a weighted average;
 * ``ps``     parameter server (collectives.train.ps): asynchronous, or stale-synchronous
              with bound tau (tau = 0 is synchronous and matches ``sync``);
-* ``gossip`` each step, average with the ring neighbours; one global average at the end.
+* ``gossip`` each step, mix with the neighbours of a ``topology`` (ring, torus, exponential,
+             random matching) by Metropolis-Hastings weights (collectives.train.gossip);
+             one global average at the end.
+
+``data_servers`` K (with ``sync``) has K ranks serve the others their minibatches
+(collectives.train.dataserver).  ``straggler`` slows chosen ranks' computation down
+(collectives.train.straggler); ``measure_wait`` times the wait for the slowest peer before
+each exchange apart from the exchange itself.  Local models report their consensus distance.
 
 Minibatches are drawn from a seeded permutation of the *global* row numbers (``sync``,
 ``ddp``, ``ps``), so the trajectory does not depend on the number of ranks; local models
@@ -31,7 +38,7 @@ from mpi4py import MPI
 
 from .. import compression, p2p
 from . import checkpoint as ckpt
-from . import data as D, optim
+from . import data as D, dataserver, gossip, optim, straggler as stragglers
 from .errors import DataError, UsageError
 
 DEFAULTS = dict(
@@ -39,7 +46,7 @@ DEFAULTS = dict(
     schedule="const", adam_decay=False, history=10, tol=1e-8, allreduce=None, compress="none",
     local_steps=8, client_fraction=1.0, local_epochs=1, servers=1, tau=0, bucket_kb=16.0,
     seed=0, log_every=1, checkpoint=None, checkpoint_every=0, resume=False, max_steps=None,
-    progress=None, reproducible=None,
+    progress=None, reproducible=None, straggler=(), measure_wait=None, topology=None, data_servers=0,
 )
 SYNCS = ("sync", "ddp", "local", "fedavg", "ps", "gossip")
 DEFAULT_EPOCHS = {"lbfgs": 300, "newton": 30, "sgd": 30, "adam": 30}
@@ -47,10 +54,11 @@ DEFAULT_LR = {"sgd": 0.1, "adam": 0.01}
 
 
 class Clock:
-    """Seconds spent per activity: compute, comm (exposed), hidden (overlapped comm), eval."""
+    """Seconds spent per activity: compute, comm (exposed), hidden (overlapped comm), eval, and
+    wait (for the slowest peer, before an exchange; see Trainer.synchronise)."""
 
     def __init__(self):
-        self.total = dict(compute=0.0, comm=0.0, hidden=0.0, eval=0.0)
+        self.total = dict(compute=0.0, comm=0.0, hidden=0.0, eval=0.0, wait=0.0)
 
     @contextlib.contextmanager
     def __call__(self, what):
@@ -96,6 +104,7 @@ def check_options(options, model, size):
             raise UsageError("--reproducible supports sgd, adam and lbfgs, not newton")
         if o["compress"] != "none":
             raise UsageError("--reproducible cannot --compress (compressed sums depend on the ranks)")
+    _check_extensions(o, size)
     if o["epochs"] is None:
         o["epochs"] = DEFAULT_EPOCHS[o["optimizer"]]
     if o["lr"] is None:
@@ -105,6 +114,24 @@ def check_options(options, model, size):
     if o["batch"] < 1:
         raise UsageError(f"batch must be positive, got {o['batch']}")
     return o
+
+
+def _check_extensions(o, size):
+    """Check and normalise the straggler, wait, topology and data-server options in ``o``."""
+    o["straggler"] = stragglers.check(o["straggler"], size)
+    if o["measure_wait"] is None:
+        o["measure_wait"] = bool(o["straggler"]) and o["sync"] != "ddp"
+    if o["measure_wait"] and o["sync"] == "ddp":
+        raise UsageError("--measure-wait does not apply to --sync ddp: a barrier before the backward pass "
+                         "would undo the overlap it measures")
+    if o["topology"] is None:
+        o["topology"] = "ring" if o["sync"] == "gossip" else None
+    elif o["sync"] != "gossip":
+        raise UsageError(f"--topology applies to --sync gossip, not {o['sync']}")
+    elif o["topology"] not in gossip.TOPOLOGIES:
+        raise UsageError(f"unknown topology {o['topology']!r}; one of {', '.join(gossip.TOPOLOGIES)}")
+    if o["data_servers"]:
+        dataserver.check(o, size)
 
 
 class Trainer:
@@ -125,26 +152,58 @@ class Trainer:
         self.history = []
         self.t = 0
         self.overlap = None
+        self.staleness = []      # ps with tau >= 0: per step, how many steps old the parameters read were
+        self.consensus = None    # local and gossip: mean squared distance of the ranks' models to their average
         self.terminated = False  # SIGTERM seen by this rank
         self.preempted = False   # the ranks agreed to checkpoint and stop on a SIGTERM
         # "none" is the plain all-reduce (no compression pass at all)
         self.compressor = None if o["compress"] == "none" else compression.COMPRESSORS[o["compress"]]()
         self.compress_state = None
+        self.stragglers = stragglers.Stragglers(o["straggler"], self.rank, o["seed"])
         progress = o["progress"]
         self.show_progress = self.rank == 0 and (sys.stderr.isatty() if progress is None else progress)
 
     # ---- global quantities ---------------------------------------------------------------
 
-    def allreduce(self, buf):
-        """Sum ``buf`` over the ranks in place, timed as communication."""
+    @contextlib.contextmanager
+    def computing(self):
+        """Time the block as compute, then slow this rank down as ``straggler`` says (counted as compute)."""
+        with self.clock("compute"):
+            t = time.perf_counter()
+            yield
+            if self.stragglers:
+                self.stragglers.stretch(self.stragglers.slowdown(), t)
+
+    def synchronise(self, comm=None, peers=None):
+        """With ``measure_wait``, wait for the peers before an exchange, timed as wait.
+
+        A barrier over ``comm`` (default: the trainer's), or zero-byte messages to and from
+        ``peers``: the time there is spent waiting for the slowest of them (plus one small
+        exchange's latency), so the exchange after it times communication alone.
+        """
+        if not self.o["measure_wait"]:
+            return
+        comm = comm or self.comm
+        with self.clock("wait"):
+            if peers is None:
+                comm.Barrier()
+            else:
+                empty = np.empty(0)
+                p2p.wait([p2p.receive(comm, empty, q) for q in peers] + [p2p.push(comm, empty, q) for q in peers])
+
+    def allreduce(self, buf, comm=None):
+        """Sum ``buf`` over the ranks of ``comm`` (default: the trainer's) in place, timed as communication."""
+        comm = comm or self.comm
+        self.synchronise(comm)
         with self.clock("comm"):
-            self.comm.Allreduce(MPI.IN_PLACE, buf, algorithm=self.o["allreduce"])
+            comm.Allreduce(MPI.IN_PLACE, buf, algorithm=self.o["allreduce"])
         return buf
 
     def sum_gradient(self, g):
         """Sum a gradient over ranks, through the compressor when one is chosen."""
         if self.compressor is None:
             return self.allreduce(g)
+        self.synchronise()
         with self.clock("comm"):
             out, self.compress_state = compression.allreduce(self.comm, g, self.compressor, self.compress_state)
         return out
@@ -157,7 +216,7 @@ class Trainer:
             loss, g = self.model.loss_grad(w, self.train.X[rows], self.train.y[rows])
             return np.concatenate(([loss], g)) if with_loss else g
 
-        with self.clock("compute"):
+        with self.computing():
             partials = D.shard_partials(self.shard[index], self.model.size + with_loss, partial)
         self.allreduce(partials)
         with self.clock("compute"):
@@ -168,7 +227,7 @@ class Trainer:
         if self.o["reproducible"]:
             buf = self.shard_sum(w, np.arange(len(self.train)), with_loss=True)
         else:
-            with self.clock("compute"):
+            with self.computing():
                 loss, g = self.model.loss_grad(w, self.train.X, self.train.y)
             buf = self.allreduce(np.concatenate(([loss], g)))
         pen, pg = self.model.penalty(w, self.o["lam"])
@@ -176,7 +235,7 @@ class Trainer:
 
     def hessian(self, w):
         """Global Hessian of the objective at ``w``."""
-        with self.clock("compute"):
+        with self.computing():
             H = self.model.hessian(w, self.train.X, self.train.y)
         self.allreduce(H)
         H /= self.n
@@ -185,12 +244,16 @@ class Trainer:
 
     def local_gradient(self, w, index):
         """Summed loss gradient over local rows ``index`` (no communication)."""
-        with self.clock("compute"):
+        with self.computing():
             return self.model.loss_grad(w, self.train.X[index], self.train.y[index])[1]
 
     def add_penalty(self, w, g):
         """g + gradient of the penalty at ``w``."""
         return g + self.model.penalty(w, self.o["lam"])[1]
+
+    def permutation(self, epoch, n_total):
+        """The seeded order of the ``n_total`` global row numbers in ``epoch``: batch s is its s-th ``batch`` rows."""
+        return np.random.default_rng([self.o["seed"], epoch]).permutation(n_total)
 
     def global_batches(self, epoch, n_total, rows):
         """[(local index array, global batch size)] for each step of ``epoch``.
@@ -199,7 +262,7 @@ class Trainer:
         batch is the next ``batch`` of them, of which each rank computes the rows it holds.
         """
         B = self.o["batch"]
-        perm = np.random.default_rng([self.o["seed"], epoch]).permutation(n_total)
+        perm = self.permutation(epoch, n_total)
         where = np.empty(n_total, np.int64)
         where[perm] = np.arange(n_total)
         pos = where[rows]
@@ -258,19 +321,25 @@ class Trainer:
         F, train_m, test_m = self.evaluate(w, comm)
         row = dict(epoch=epoch + 1, step=self.t, objective=F, train=train_m, test=test_m,
                    compute=self.clock.total["compute"], comm=self.clock.total["comm"],
-                   elapsed=time.perf_counter() - self.start)
+                   wait=self.clock.total["wait"], elapsed=time.perf_counter() - self.start)
+        if self.consensus is not None:
+            row["consensus"] = self.consensus
         row["training"] = row["elapsed"] - self.clock.total["eval"]  # wall time less evaluations
         self.history.append(row)
         if self.rank == 0:
             # no test column without a test set (--test-fraction 0), rather than a column of NaN
             test = "" if self.n_test == 0 else f" {test_m:>10.4f}"
+            # optional columns: wait when measured, consensus distance for the local models
+            extra = [(f"{'wait s':>8}", f"{row['wait']:>8.3f}")] if self.o["measure_wait"] else []
+            if "consensus" in row:
+                extra.append((f"{'consensus':>10}", f"{row['consensus']:>10.3e}"))
             if len(self.history) == 1:
                 metric = "acc" if self.is_classifier else "rmse"
                 head = "" if self.n_test == 0 else f" {'test ' + metric:>10}"
                 self._print(f"{'epoch':>6} {'step':>7} {'objective':>18} {'train ' + metric:>10}{head} "
-                            f"{'compute s':>10} {'comm s':>8}")
+                            f"{'compute s':>10} {'comm s':>8}" + "".join(" " + h for h, _ in extra))
             self._print(f"{row['epoch']:>6} {row['step']:>7} {F:>18.12f} {train_m:>10.4f}{test} "
-                        f"{row['compute']:>10.3f} {row['comm']:>8.3f}")
+                        f"{row['compute']:>10.3f} {row['comm']:>8.3f}" + "".join(" " + v for _, v in extra))
 
     def _print(self, line):
         if self.show_progress:
@@ -372,6 +441,8 @@ class Trainer:
             if o["sync"] == "ps":
                 from .ps import ParameterServer
                 self.w = ParameterServer(self).run()
+            elif o["data_servers"]:
+                self.w = dataserver.DataServers(self).run()
             else:
                 self.w = self._run()
         self.elapsed = time.perf_counter() - self.start
@@ -444,7 +515,10 @@ class Trainer:
                 pending.append((names, buf, self.comm.Iallreduce(MPI.IN_PLACE, buf, algorithm=self.o["allreduce"])))
                 bucket.clear()
 
+            # a straggler slows each layer's backward down, so its buckets leave late too
+            factor, mark = self.stragglers.slowdown(), t
             for name, part in parts:
+                mark = self.stragglers.stretch(factor, mark)
                 if bucket and sum(p.size for _, p in bucket) + part.size > cap:
                     started = started or time.perf_counter()
                     launch()
@@ -491,26 +565,24 @@ class Trainer:
         return self._loop(w, opt, epoch0, step0, lambda e: self.local_batches(e, steps), step, self._eval_average)
 
     def _eval_average(self, w):
+        """The ranks' average model; keeps the consensus distance of their models for the report."""
         with self.clock("eval"):
-            out = w.copy()
-            self.comm.Allreduce(MPI.IN_PLACE, out)
-        return out / self.size
+            out, self.consensus = gossip.consensus_distance(self.comm, w)
+        return out
 
     def _gossip(self, w, opt, epoch0, step0):
         steps = self._local_steps()
-        p, r = self.size, self.rank
-        peers = sorted({(r - 1) % p, (r + 1) % p} - {r})
-        inbox = [np.empty_like(w) for _ in peers]
+        mixer = gossip.Gossip(self.o["topology"], self.size, self.rank, self.o["seed"])
 
         def step(epoch, s, item):
             index, count = item
             opt.step(w, self.add_penalty(w, self.local_gradient(w, index) / count))
+            weights = mixer.row(self.t)
+            self.synchronise(peers=sorted(set(weights) - {self.rank}))
             with self.clock("comm"):
-                reqs = [p2p.receive(self.comm, buf, q) for buf, q in zip(inbox, peers)]
-                reqs += [p2p.push(self.comm, w, q) for q in peers]
-                p2p.wait(reqs)
+                inbox = mixer.exchange(self.comm, w, weights)
             with self.clock("compute"):
-                w[...] = (w + sum(inbox)) / (len(peers) + 1)
+                w[...] = mixer.combine(w, weights, inbox)
         return self._loop(w, opt, epoch0, step0, lambda e: self.local_batches(e, steps), step, self._eval_average)
 
     def _fedavg(self, w, opt, epoch0, step0):
@@ -555,5 +627,6 @@ class Trainer:
         return dict(options={k: v for k, v in self.o.items() if k != "progress"}, nranks=self.size,
                     objective=F, train_metric=train_m, test_metric=test_m if self.n_test else None, steps=self.t,
                     seconds=self.elapsed, time=self.clock.total, overlap=self.overlap,
+                    max_staleness=max(self.staleness, default=None),
                     history=self.history)
 
