@@ -17,7 +17,7 @@ from . import kernels
 from .agreement import agree
 from .nonblocking import Progress, completed
 from .ops import DTYPES, OP_NAMES, dtype_code, supports
-from .registry import ALGORITHMS, env_choice, log, names, plan, resolve_name, select
+from .registry import ALGORITHMS, choices, env_choice, log, plan, resolve_name, select
 from .schedule import run_python
 
 try:
@@ -30,6 +30,7 @@ NATIVE = _native_execute is not None and not kernels.PUREPYTHON
 # One tag per collective on the private communicator.
 TAG = {name: 100 + i for i, name in enumerate(ALGORITHMS)}
 BYTE = dtype_code(np.uint8)
+_NO_STEPS = np.empty((0, 9), np.int64)  # a fused collective's: the checked exchange is all of it
 
 
 def as_bytes(arr):
@@ -42,7 +43,7 @@ def choose(comm, collective, algorithm, count, nbytes, uniform=True):
     requested = resolve_name(collective, algorithm)
     if requested == "auto":
         requested = comm.algorithms.get(collective) or env_choice(collective)
-    algo = select(collective, requested, comm.size, count, nbytes, uniform)
+    algo = select(collective, requested, comm.size, count, nbytes, uniform, checked=comm.check)
     comm.last_algorithm = algo.name
     return algo
 
@@ -75,12 +76,16 @@ def execute(comm, algo, args, acc, inp, dtype, op, collective):
 
 def plan_fast(comm, collective, algorithm, count, nbytes, uniform, args, op=None, dtype=None):
     """What the fast path caches for one call shape: (steps, tmp_count, nreq, reads_in, name,
-    index of the algorithm); ``op`` and ``dtype`` codes of a reduction are checked."""
+    index of the algorithm, payload kind of a fused one or -1); ``op`` and ``dtype`` codes of a
+    reduction are checked."""
     if op is not None and not supports(OP_NAMES[op], DTYPES[dtype]):
         raise TypeError(f"{collective}: op {OP_NAMES[op]} is not defined on {np.dtype(DTYPES[dtype])}")
     algo = choose(comm, collective, algorithm, count, nbytes, uniform)
+    index = choices(collective).index(algo.name)
+    if algo.fused is not None:
+        return (_NO_STEPS, 0, 0, False, algo.name, index, algo.fused)
     steps, tmp_count, nreq = plan(algo.name, comm.rank, comm.size, *args)
-    return (steps, tmp_count, nreq, algo.reads_in, algo.name, names(collective).index(algo.name))
+    return (steps, tmp_count, nreq, algo.reads_in, algo.name, index, -1)
 
 
 def native_job(comm, collective, why, method, *args):

@@ -3,7 +3,10 @@
 Selection is data kept out of the algorithm modules (MPICH's coll selection, in small):
 
 * ``ALGORITHMS`` lists, per collective, every algorithm with its restriction, if any;
-* ``AUTO`` is the default policy: the first row whose size and process-count bounds match;
+* ``FUSED`` adds, per collective, the fused form of the checked exchange
+  (``collectives.exchange``), for messages of at most ``FUSED_BYTES``;
+* ``AUTO`` is the default policy: the first row whose size and process-count bounds match
+  (a fused row only with the cross-rank check on: it is the check and the collective at once);
 * ``COLLECTIVES_<COLLECTIVE>=<name>`` in the environment forces one (``COLLECTIVES_ALLREDUCE=ring``);
 * a forced algorithm whose restriction fails falls back to ``auto``, logging the reason.
 
@@ -15,6 +18,7 @@ import logging
 import os
 
 from .cache import ByteLRU
+from .exchange import BCAST, FUSED_BYTES, GATHER, HEADER, REDUCE
 
 log = logging.getLogger("collectives")
 
@@ -22,8 +26,11 @@ log = logging.getLogger("collectives")
 class Algorithm:
     """One row of the table: a schedule builder and the restriction it places on its use."""
 
-    def __init__(self, name, restriction=None, why="", reads_in=False, node_aware=False):
+    def __init__(self, name, restriction=None, why="", reads_in=False, node_aware=False, fused=None):
         self.name = name
+        # The checked exchange's payload kind (collectives.exchange) of a fused collective,
+        # which has no schedule: the exchange is the collective.
+        self.fused = fused
         # Composed from collectives on the node communicators (collectives.node), not a schedule.
         self.node_aware = node_aware
         self.restriction = restriction
@@ -31,8 +38,10 @@ class Algorithm:
         # An all-reduce that reads IN itself; the others get the input copied into ACC first.
         self.reads_in = reads_in
 
-    def applies(self, size, count, uniform):
+    def applies(self, size, count, uniform, nbytes=0):
         """None when usable for this call, else the reason it is not."""
+        if self.fused is not None and nbytes > FUSED_BYTES:
+            return f"carries at most {FUSED_BYTES} bytes (collectives.exchange.FUSED_BYTES)"
         if self.restriction is None or self.restriction(size, count, uniform):
             return None
         return self.why
@@ -107,31 +116,62 @@ NODE_ALGORITHMS = {
     ],
 }
 
+_EQUAL = "needs equal counts on every rank"
+# The checked exchange carrying the payload (collectives.exchange), one per collective.
+FUSED = {
+    "allreduce": Algorithm("allreduce_fused", fused=REDUCE),
+    "bcast": Algorithm("bcast_fused", fused=BCAST),
+    "reduce": Algorithm("reduce_fused", fused=REDUCE),
+    "allgather": Algorithm("allgather_fused", _uniform, _EQUAL, fused=GATHER),
+    "reduce_scatter": Algorithm("reduce_scatter_fused", fused=REDUCE),
+    "gather": Algorithm("gather_fused", _uniform, _EQUAL, fused=GATHER),
+    "scatter": Algorithm("scatter_fused", _uniform, _EQUAL, fused=BCAST),
+    "barrier": Algorithm("barrier_fused", fused=HEADER),
+}
+
 _BY_NAME = {a.name: a for table in (ALGORITHMS, NODE_ALGORITHMS) for rows in table.values() for a in rows}
+_BY_NAME.update({a.name: a for a in FUSED.values()})
 
 # auto: per collective, rows of (largest message in bytes, largest communicator, algorithm),
 # first match wins.  Measured on the 2-core machine by bench/; see README "Benchmarks".
+# The fused rows count only with the check on (bench.default_path measured them).
 AUTO = {
     "allreduce": [
+        (FUSED_BYTES, None, "allreduce_fused"),
         (16 << 10, None, "allreduce_recursive_doubling"),
         (None, None, "allreduce_ring"),
     ],
     "bcast": [
+        (FUSED_BYTES, None, "bcast_fused"),
         (64 << 10, None, "bcast_binomial"),
         (None, None, "bcast_scatter_allgather"),
     ],
-    "reduce": [(None, None, "reduce_binomial")],
+    "reduce": [
+        (FUSED_BYTES, None, "reduce_fused"),
+        (None, None, "reduce_binomial"),
+    ],
     "allgather": [
+        (FUSED_BYTES, None, "allgather_fused"),
         (16 << 10, None, "allgather_recursive_doubling"),
         (None, None, "allgather_ring"),
     ],
     "reduce_scatter": [
+        (FUSED_BYTES, None, "reduce_scatter_fused"),
         (16 << 10, None, "reduce_scatter_recursive_halving"),
         (None, None, "reduce_scatter_ring"),
     ],
-    "gather": [(None, None, "gather_binomial")],
-    "scatter": [(None, None, "scatter_binomial")],
-    "barrier": [(None, None, "barrier_dissemination")],
+    "gather": [
+        (FUSED_BYTES, None, "gather_fused"),
+        (None, None, "gather_binomial"),
+    ],
+    "scatter": [
+        (FUSED_BYTES, None, "scatter_fused"),
+        (None, None, "scatter_binomial"),
+    ],
+    "barrier": [
+        (FUSED_BYTES, None, "barrier_fused"),
+        (None, None, "barrier_dissemination"),
+    ],
 }
 
 
@@ -174,13 +214,20 @@ def names(collective):
     return [a.name for a in ALGORITHMS[collective]]
 
 
+def choices(collective):
+    """The algorithm indices the cross-rank agreement uses: the table's names, "native"
+    (MPI's own call), then the fused form."""
+    return names(collective) + ["native", FUSED[collective].name]
+
+
 def resolve_name(collective, name):
     """Full name of algorithm ``name`` ("ring" or "allreduce_ring") or "auto"; ValueError if unknown."""
     if name in (None, "", "auto"):
         return "auto"
     full = name if name.startswith(collective + "_") else f"{collective}_{name}"
     if full not in _BY_NAME or not full.startswith(collective + "_"):
-        known = names(collective) + [a.name for a in NODE_ALGORITHMS.get(collective, [])]
+        known = (names(collective) + [a.name for a in NODE_ALGORITHMS.get(collective, [])]
+                 + [FUSED[collective].name])
         raise ValueError(f"unknown {collective} algorithm {name!r}; choose auto or one of "
                          + ", ".join(n[len(collective) + 1:] for n in known))
     return full
@@ -191,20 +238,21 @@ def env_choice(collective):
     return resolve_name(collective, os.environ.get(f"COLLECTIVES_{collective.upper()}", "auto"))
 
 
-def select(collective, requested, size, count, nbytes, uniform=True):
-    """The Algorithm to run: ``requested`` when it applies, else the ``auto`` choice."""
+def select(collective, requested, size, count, nbytes, uniform=True, checked=False):
+    """The Algorithm to run: ``requested`` when it applies, else the ``auto`` choice
+    (``checked``: the cross-rank check is on, which lets it take the fused rows)."""
     name = resolve_name(collective, requested)
     if name != "auto":
         algo = _BY_NAME[name]
         reason = ("needs more than one node with several ranks on some node" if algo.node_aware
-                  else algo.applies(size, count, uniform))
+                  else algo.applies(size, count, uniform, nbytes))
         if reason is None:
             return algo
         log.info("collectives: %s does not apply (%s); falling back to auto", name, reason)
     for max_bytes, max_size, auto_name in AUTO[collective]:
         if (max_bytes is None or nbytes <= max_bytes) and (max_size is None or size <= max_size):
             algo = _BY_NAME[auto_name]
-            if algo.applies(size, count, uniform) is None:
+            if (checked or algo.fused is None) and algo.applies(size, count, uniform, nbytes) is None:
                 return algo
     return next(a for a in ALGORITHMS[collective] if a.applies(size, count, uniform) is None)
 
