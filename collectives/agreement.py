@@ -97,9 +97,14 @@ def disagreement(collective, keys, lo, hi):
     """What the argument agreement reports, or None when all ranks agree: ``lo`` and ``hi``
     are, per key, the least and greatest value over the ranks (the first two keys are the
     collective and the algorithm).  Shared by ``agree`` and the fast path's agreement."""
+    if lo[0] != hi[0]:
+        # Each rank knows only its own collective: name the range, the same on every rank.
+        called = list(ALGORITHMS)
+        return (f"arguments differ across ranks: collective ranges {called[lo[0]]}..{called[hi[0]]} "
+                "(ranks called different collectives)")
     # Fields mean something only between ranks running the same collective and algorithm
     # (a native call agrees on none), and ranks differing there may have different keys.
-    if lo[0] != hi[0] or lo[1] != hi[1]:
+    if lo[1] != hi[1]:
         keys = keys[:2]
     bad = [f"{k} ranges {lo[i]}..{hi[i]}" for i, k in enumerate(keys) if lo[i] != hi[i]]
     if lo[0] == hi[0] and lo[1] != hi[1]:
