@@ -129,7 +129,7 @@ def parser():
     a("--allreduce", choices=["auto", *names("allreduce"), *(n.split("_", 1)[1] for n in names("allreduce"))],
       default=None, help="all-reduce algorithm (default: COLLECTIVES_ALLREDUCE or auto)")
     a("--compress", choices=list(COMPRESSORS), default="none",
-      help="gradient compressor for --sync sync")
+      help="gradient compressor for --sync sync, ddp (per bucket) or local (the change between averages)")
     a("--epochs", type=count, default=None, help="epochs (L-BFGS/Newton: iterations); default per optimizer")
     a("--batch", type=count, default=d["batch"], help="global minibatch size")
     a("--lr", type=float, default=None, help="learning rate (default 0.1 SGD, 0.01 Adam)")

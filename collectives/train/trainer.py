@@ -7,7 +7,11 @@
              (any ``allreduce`` algorithm, any ``compress``ion); L-BFGS and Newton too;
 * ``ddp``    the same, but gradients are all-reduced bucket by bucket with nonblocking
              collectives while the backward pass goes on (PyTorch DDP); overlap measured;
+             with ``compress``, each bucket's compressed all-reduce (its own error-feedback
+             state) runs as soon as the bucket is full, blocking;
 * ``local``  local SGD: each rank steps on its own rows, models averaged every H steps;
+             with ``compress``, what is averaged is the change since the last average
+             (compressed, with error feedback), added to that average on every rank;
 * ``fedavg`` federated averaging: per round a seeded fraction of clients (ranks) trains
              for E local epochs from the global model, then a weighted average;
 * ``ps``     parameter server (collectives.train.ps): asynchronous, or stale-synchronous
@@ -49,6 +53,7 @@ DEFAULTS = dict(
     progress=None, reproducible=None, straggler=(), measure_wait=None, topology=None, data_servers=0,
 )
 SYNCS = ("sync", "ddp", "local", "fedavg", "ps", "gossip")
+COMPRESSIBLE = ("sync", "ddp", "local")
 DEFAULT_EPOCHS = {"lbfgs": 300, "newton": 30, "sgd": 30, "adam": 30}
 DEFAULT_LR = {"sgd": 0.1, "adam": 0.01}
 
@@ -87,8 +92,8 @@ def check_options(options, model, size):
         raise UsageError(f"optimizer {o['optimizer']} needs full gradients: use --sync sync")
     if o["optimizer"] == "newton" and not hasattr(model, "hessian"):
         raise UsageError("Newton's method needs a model with a Hessian (not the MLP)")
-    if o["compress"] != "none" and (o["optimizer"] in optim.BATCH or o["sync"] != "sync"):
-        raise UsageError("--compress applies to stochastic gradients with --sync sync")
+    if o["compress"] != "none" and (o["optimizer"] in optim.BATCH or o["sync"] not in COMPRESSIBLE):
+        raise UsageError(f"--compress applies to stochastic gradients with --sync {', '.join(COMPRESSIBLE)}")
     if o["compress"] not in compression.COMPRESSORS:
         raise UsageError(f"unknown compressor {o['compress']!r}; one of {', '.join(compression.COMPRESSORS)}")
     if o["sync"] == "ps" and not 1 <= o["servers"] < size:
@@ -158,7 +163,7 @@ class Trainer:
         self.preempted = False   # the ranks agreed to checkpoint and stop on a SIGTERM
         # "none" is the plain all-reduce (no compression pass at all)
         self.compressor = None if o["compress"] == "none" else compression.COMPRESSORS[o["compress"]]()
-        self.compress_state = None
+        self.compress_states = {}  # error-feedback state per compressed vector (ddp: per bucket)
         self.stragglers = stragglers.Stragglers(o["straggler"], self.rank, o["seed"])
         progress = o["progress"]
         self.show_progress = self.rank == 0 and (sys.stderr.isatty() if progress is None else progress)
@@ -205,7 +210,12 @@ class Trainer:
             return self.allreduce(g)
         self.synchronise()
         with self.clock("comm"):
-            out, self.compress_state = compression.allreduce(self.comm, g, self.compressor, self.compress_state)
+            return self.compressed_sum(g)
+
+    def compressed_sum(self, v, key=None):
+        """Sum ``v`` over the ranks through the compressor, with the error-feedback state of ``key``."""
+        out, self.compress_states[key] = compression.allreduce(self.comm, v, self.compressor,
+                                                               self.compress_states.get(key))
         return out
 
     def shard_sum(self, w, index, with_loss=False):
@@ -504,7 +514,7 @@ class Trainer:
             index, count = item
             X, y = self.train.X[index], self.train.y[index]
             g = np.empty_like(w)
-            pending, bucket, started = [], [], None
+            pending, bucket, started, blocked = [], [], None, [0.0]
             t = time.perf_counter()
             parts = self.model.backward(w, X, y)
             next(parts)
@@ -512,7 +522,12 @@ class Trainer:
             def launch():
                 buf = np.concatenate([part for _, part in bucket])
                 names = [name for name, _ in bucket]
-                pending.append((names, buf, self.comm.Iallreduce(MPI.IN_PLACE, buf, algorithm=self.o["allreduce"])))
+                if self.compressor is None:
+                    pending.append((names, buf, self.comm.Iallreduce(MPI.IN_PLACE, buf, algorithm=self.o["allreduce"])))
+                else:
+                    t0 = time.perf_counter()
+                    pending.append((names, self.compressed_sum(buf, tuple(names)), None))
+                    blocked[0] += time.perf_counter() - t0
                 bucket.clear()
 
             # a straggler slows each layer's backward down, so its buckets leave late too
@@ -527,16 +542,17 @@ class Trainer:
                 started = started or time.perf_counter()
                 launch()
             t_wait = time.perf_counter()
-            self.clock.total["compute"] += t_wait - t
+            self.clock.total["compute"] += t_wait - t - blocked[0]
             for names, buf, req in pending:
-                req.wait()
+                if req is not None:
+                    req.wait()
                 at = 0
                 for name in names:
                     sl = self.model.slices[name][0]
                     g[sl] = buf[at:at + sl.stop - sl.start]
                     at += sl.stop - sl.start
             end = time.perf_counter()
-            self.clock.total["comm"] += end - t_wait
+            self.clock.total["comm"] += end - t_wait + blocked[0]
             self.clock.total["hidden"] += t_wait - started
             spans.append((end - started, end - t_wait))
             opt.step(w, self.add_penalty(w, g / count))
@@ -554,14 +570,23 @@ class Trainer:
         """Mean of ``w`` over the ranks (a new array)."""
         return self.allreduce(w.copy()) / self.size
 
+    def compressed_average(self, w, anchor):
+        """``anchor`` (the last average, the same on every rank) plus the compressed mean of the
+        ranks' changes since it; becomes the new ``anchor`` and is returned."""
+        self.synchronise()
+        with self.clock("comm"):
+            anchor += self.compressed_sum(w - anchor) / self.size
+        return anchor
+
     def _local(self, w, opt, epoch0, step0):
         steps = self._local_steps()
+        anchor = None if self.compressor is None else self.average(w)
 
         def step(epoch, s, item):
             index, count = item
             opt.step(w, self.add_penalty(w, self.local_gradient(w, index) / count))
             if (self.t + 1) % self.o["local_steps"] == 0:
-                w[...] = self.average(w)
+                w[...] = self.average(w) if anchor is None else self.compressed_average(w, anchor)
         return self._loop(w, opt, epoch0, step0, lambda e: self.local_batches(e, steps), step, self._eval_average)
 
     def _eval_average(self, w):
