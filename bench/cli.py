@@ -68,6 +68,9 @@ def parser():
     run.add_argument("-o", "--op", default="sum", choices=["sum", "max", "min"])
     run.add_argument("-r", "--root", type=int, default=0, help="root of bcast, reduce, gather, scatter")
     run.add_argument("--in-place", action="store_true", help="also measure in place (nccl-tests' second half)")
+    run.add_argument("--compress", nargs="+", default=[], metavar="NAME",
+                     help="allreduce: also time compression.allreduce through these compressors (rows "
+                          "compress:NAME, with bytes sent per rank and compress / comm / decompress times)")
     run.add_argument("-c", "--validate", action="store_true",
                      help="check results again after the timed loop (they are always checked before it)")
     run.add_argument("--quick", action="store_true", help="smoke run: 8 B .. 64 KiB, factor 64, tiny budget")
@@ -135,6 +138,9 @@ def main(argv=None):
     if unknown:
         ap.error(f"-a: {', '.join(unknown)} names no algorithm of {', '.join(args.tests)}; "
                  "give all, auto, native or names from collectives.names(<collective>)")
+    from collectives.compression import COMPRESSORS
+    if args.compress and (set(args.compress) - set(COMPRESSORS) or "allreduce" not in args.tests):
+        ap.error(f"--compress: names from {', '.join(COMPRESSORS)}, with the allreduce test")
     if args.summary:
         from bench.collectives import summarize
         for test in args.tests:
@@ -175,7 +181,8 @@ def measure(args):
             result = p2p.sweep(comm, test, size_list, **options)
         else:
             result = bench.sweep(comm, test, size_list, algorithms=args.algorithm, dtype=args.datatype, op=args.op,
-                                 root=args.root, places=("out", "in") if args.in_place else ("out",), **options)
+                                 root=args.root, places=("out", "in") if args.in_place else ("out",),
+                                 compress=args.compress, **options)
         result["hosts"] = hosts
         results.append(result)
         if not rank0:
@@ -183,6 +190,11 @@ def measure(args):
         fmt = args.format if args.format != "auto" else ("osu" if test in P2P_TESTS else "nccl")
         lines = head + ({"osu": report.osu, "nccl": report.nccl}[fmt](result) if fmt != "table"
                         else table(bench.COLUMNS, result["rows"]))
+        packed = [row for row in result["rows"] if row["algorithm"].startswith(bench.COMPRESS_PREFIX)]
+        if packed:
+            lines.append("# compressed all-reduces: median per call over the timed calls, the most of any rank; "
+                         "rel.err = max|ours - exact| / max|exact|")
+            lines += ["# " + line.lstrip("#") for line in table(bench.COMPRESSED, packed)]
         for s in result["skipped"]:
             lines.append(f"# not measured: {s['algorithm']} at {s['size']} B: {s['reason']}")
         if result["summary"]:
