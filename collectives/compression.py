@@ -58,6 +58,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import kernels
+from .comm import wrap
 from ._payload import nbuckets, sign_nbytes
 
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -406,8 +407,8 @@ def allreduce(comm, grad, compressor, state=None, average=False, report=None):
     Parameters
     ----------
     comm : collectives.Comm or mpi4py.MPI.Intracomm
-        The communicator; its Alltoallv carries the payloads (and one Allgather the sparse
-        counts), so every byte sent is one this call accounts for.
+        The communicator.  An Alltoallv on its private duplicate carries the payloads (and
+        an Allgather the sparse counts), so every byte sent is one this call counts.
     grad : ndarray of float32 or float64
         This rank's gradient (any shape, contiguous).  Not modified.
     compressor : Compressor or str
@@ -470,12 +471,14 @@ def _unpack(buf, like):
 
 
 def _exchange(comm, stats, send, sendcounts, sdispls, recvcounts):
-    """Alltoallv of bytes; the bytes this rank sends to other ranks go to ``stats``."""
-    rank = comm.Get_rank()
+    """Alltoallv of bytes on the private duplicate, block j of ``send`` to rank j; the received
+    blocks in rank order.  The bytes sent to other ranks go to ``stats``."""
+    coll = wrap(comm)._coll
+    rank = coll.Get_rank()
     recv = np.empty(int(sum(recvcounts)), np.uint8)
     rdispls = np.concatenate(([0], np.cumsum(recvcounts)[:-1])).astype(np.int64)
     with stats.timing("communicate"):
-        comm.Alltoallv([send, (list(map(int, sendcounts)), list(map(int, sdispls))), MPI.BYTE],
+        coll.Alltoallv([send, (list(map(int, sendcounts)), list(map(int, sdispls))), MPI.BYTE],
                        [recv, (list(map(int, recvcounts)), rdispls.tolist()), MPI.BYTE])
     stats.wire_bytes += int(sum(sendcounts)) - int(sendcounts[rank])
     return [recv[d:d + c] for d, c in zip(rdispls, recvcounts)]
@@ -559,7 +562,7 @@ def _sparse(comm, g, compressor, state, seed, stats):
         (idx, vals), ctx = compressor.compress(g, residual, seed)
     counts = np.empty(p, np.int64)
     with stats.timing("communicate"):
-        comm.Allgather(np.array([len(idx)], np.int64), counts)
+        wrap(comm)._coll.Allgather(np.array([len(idx)], np.int64), counts)
     stats.wire_bytes += 8 * (p - 1)
     index = np.dtype(np.uint32 if n <= 2**32 else np.int64)
     pair = index.itemsize + g.itemsize
