@@ -1,4 +1,5 @@
-"""Tensor parallelism (collectives.parallel.tensor) against NumPy forward and backward passes written here.
+"""Tensor parallelism (collectives.parallel.tensor) against NumPy forward and backward passes written
+here, over the suite's communicators (SELF, WORLD, an uneven half of WORLD).
 
 Every rank count splits the hidden units or features unevenly somewhere (10 units over 3 or
 4 ranks, 7 features over 2..4); loss and gradients must match to 1e-12 in float64.
@@ -6,20 +7,11 @@ Every rank count splits the hidden units or features unevenly somewhere (10 unit
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from mpi4py import MPI
 
-from collectives import Comm
 from collectives.parallel.tensor import (ColumnParallelLinear, FeatureParallelSoftmax, RowParallelLinear,
                                          TensorParallelMLP)
 
 N, D, K = 23, 7, 4
-
-
-@pytest.fixture(scope="module")
-def comm():
-    c = Comm(MPI.COMM_WORLD)
-    yield c
-    c.Free()
 
 
 class Counting:

@@ -11,7 +11,7 @@ axis of a grid, and its gradient all-reduce is the data-parallel half of a hybri
 import numpy as np
 
 from ..schedule import blocks
-from ..train.models import _logsumexp
+from ..train.models import _logsumexp, layout
 
 
 def block(n, parts, index):
@@ -34,12 +34,7 @@ class Shard:
     """A flat parameter vector of named arrays (name -> shape), the layout models.MLP uses."""
 
     def __init__(self, shapes):
-        self.slices, at = {}, 0
-        for name, shape in shapes:
-            n = int(np.prod(shape))
-            self.slices[name] = (slice(at, at + n), shape)
-            at += n
-        self.size = at
+        self.slices, self.size = layout(shapes)
 
     def view(self, w, name):
         """The array ``name`` of the flat vector ``w`` (a view)."""
