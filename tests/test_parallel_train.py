@@ -41,7 +41,7 @@ def _layouts():
                "--micro-batches", "3"], ["--layers", "5"]) if P <= 5 else None,
              (["--model", "softmax", "--tensor-parallel", str(P)], ["--model", "softmax"])]
     if P % 2 == 0:
-        cases += [(["--data-parallel", str(P // 2), "--tensor-parallel", "2"], []),
+        cases += [(["--data-parallel", str(P // 2), "--tensor-parallel", "2", "--allreduce", "ring"], []),
                   (["--pipeline-parallel", "2", "--layers", "3", "--micro-batches", "16"], ["--layers", "3"])]
     return [c for c in cases if c]
 

@@ -61,7 +61,7 @@ def _axes(args, size):
 def model_parallel(args, size):
     """Whether the command line asks for a model-parallel layout (or a deeper MLP than models.MLP);
     UsageError if its axes do not fit ``size`` ranks."""
-    data, tensor, pipeline = _axes(args, size)
+    _, tensor, pipeline = _axes(args, size)
     return tensor > 1 or pipeline > 1 or args.layers != 2
 
 

@@ -90,7 +90,8 @@ def as_schedule(s, steps, micro):
     ACC holds 4 x ``micro`` one-element slots: activations in (j), out (micro + j), gradients
     from the next stage (2 micro + j) and to the previous (3 micro + j).  A forward copies
     in to out; a backward puts (out, gradient in) into gradient out (the last stage: out), so
-    stage 0's gradient slots show which activation and gradient every backward combined.
+    stage 0's gradient slots show which activation and gradient every backward combined; an
+    update moves no data.
     """
     slot = {("act", "send"): micro, ("act", "recv"): 0, ("grad", "recv"): 2 * micro, ("grad", "send"): 3 * micro}
 
