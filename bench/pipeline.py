@@ -8,7 +8,9 @@ goes to another stage and the measured bubble is a lower bound of an idle share)
 Bubble: an MLP of p equal layers (``--width`` units, one per stage) on one minibatch of
 ``--rows`` random rows, loss and gradient by GPipe and 1F1B at m micro-batches.  Each stage's
 idle share is 1 - (its compute seconds) / (the pass's wall seconds); the columns are the mean
-over the stages and the theory (p - 1) / (m + p - 1) of equal stages.
+over the stages; "replayed" is the bubble the schedule implies on dedicated cores with the
+stages' measured step times and free messages (load on a shared machine inflates the first
+through scheduling delays at every hand-off, not the second); "theory" is (p - 1) / (m + p - 1).
 
 Epochs: ``python -m collectives train`` on the bundled digits (SGD, batch 64), seconds of
 training per epoch (evaluations excluded) for each layout of the same MLP: data parallel over
@@ -27,24 +29,54 @@ import numpy as np
 from mpi4py import MPI
 
 from collectives import Comm
-from collectives.parallel.pipeline import PipelineMLP
+from collectives.parallel.pipeline import PipelineMLP, schedule
 from collectives.train.job import main as train
 
 from .common import interleaved, table
 
 
+def replay(name, stages, micro, cost):
+    """The bubble schedule ``name`` implies on dedicated cores: its steps replayed with ``cost[s][kind]``
+    seconds per compute step of stage s and free messages; the mean over the stages of the idle share."""
+    steps = [schedule(name, stages, s, micro) for s in range(stages)]
+    clock, at, sent = [0.0] * stages, [0] * stages, {}
+    moved = True
+    while moved:
+        moved = False
+        for s in range(stages):
+            while at[s] < len(steps[s]):
+                kind, *rest = steps[s][at[s]]
+                if kind in cost[s]:
+                    clock[s] += cost[s][kind]
+                else:
+                    for what, j, q in {"send": [rest], "sendrecv": rest[:1]}.get(kind, []):
+                        sent.setdefault((what, j, s, q), clock[s])  # posted once, even if its receive waits
+                    wanted = [(what, j, q, s) for what, j, q in {"recv": [rest], "sendrecv": rest[1:]}.get(kind, [])]
+                    if any(key not in sent for key in wanted):
+                        break
+                    clock[s] = max([clock[s]] + [sent[key] for key in wanted])
+                at[s] += 1
+                moved = True
+    span = max(clock)
+    return float(np.mean([1 - sum(cost[s][k] * sum(step[0] == k for step in steps[s]) for k in cost[s]) / span
+                          for s in range(stages)]))
+
+
 def bubble(comm, name, micro, width, rows):
-    """Mean over the stages of the idle share of one loss-and-gradient pass."""
+    """(measured, replayed) mean idle share over the stages of one loss-and-gradient pass."""
     rng = np.random.default_rng(0)
     model = PipelineMLP(comm, [width] * (comm.size + 1), micro, name)
     X, y = rng.standard_normal((rows, width)), rng.integers(0, width, rows)
     w = model.init(rng)
     model.loss_grad(w, X, y)  # warm the buffers and BLAS
     comm.Barrier()
-    busy, t = model.busy, time.perf_counter()
+    busy, t = dict(model.busy), time.perf_counter()
     model.loss_grad(w, X, y)
     wall = time.perf_counter() - t
-    return float(np.mean(comm.comm.allgather(1 - (model.busy - busy) / wall)))
+    spent = {k: (model.busy[k] - busy[k]) / micro for k in ("forward", "backward")}
+    idle = 1 - sum(spent.values()) * micro / wall
+    costs = comm.comm.allgather(spent)
+    return float(np.mean(comm.comm.allgather(idle))), replay(name, comm.size, micro, costs)
 
 
 def epoch_seconds(comm, argv, epochs):
@@ -88,8 +120,9 @@ def main():
     p = comm.size
     shares = interleaved([(name, m) for name in ("gpipe", "1f1b") for m in args.micro], args.repeats,
                          lambda case: bubble(comm, *case, args.width, args.rows))
-    rows = [{"schedule": name, "m": m, "measured": float(np.median(shares[name, m])),
-             "theory": (p - 1) / (m + p - 1)} for name, m in shares]
+    rows = [{"schedule": name, "m": m, "measured": float(np.median([a for a, _ in shares[name, m]])),
+             "replayed": float(np.median([b for _, b in shares[name, m]])), "theory": (p - 1) / (m + p - 1)}
+            for name, m in shares]
     runs = layouts(p, args.hidden)
     times = interleaved(range(len(runs)), args.repeats, lambda i: epoch_seconds(comm, runs[i][1], args.epochs))
     base = float(np.median(times[0]))
@@ -99,7 +132,8 @@ def main():
         print(f"# np={p} on {os.cpu_count()} cores{' (oversubscribed)' if p > os.cpu_count() else ''}, "
               f"shared machine; medians of {args.repeats} interleaved runs")
         print(f"# bubble: {p} equal stages of {args.width} units, {args.rows} rows per minibatch")
-        print("\n".join(table([("schedule", 9, ""), ("m", 4, "d"), ("measured", 9, ".3f"), ("theory", 7, ".3f")],
+        print("\n".join(table([("schedule", 9, ""), ("m", 4, "d"), ("measured", 9, ".3f"), ("replayed", 9, ".3f"),
+                               ("theory", 7, ".3f")],
                               rows)))
         print(f"# seconds per training epoch, digits, SGD batch 64, {args.hidden} hidden units; ratio to data x{p}")
         print("\n".join(table([("layout", 36, ""), ("s/epoch", 8, ".3f"), ("ratio", 6, ".2f")], epochs)))

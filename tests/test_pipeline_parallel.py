@@ -128,3 +128,15 @@ def test_bad_layouts(comm):
         PipelineMLP(type("C", (), {"size": comm.size + 1, "rank": 0})(), [D] * comm.size + [K])
     with pytest.raises(ValueError, match="unknown pipeline schedule|synchronous schedule"):
         PipelineMLP(comm, _sizes(comm.size), 2, "pipedream")
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+def test_schedule_bubble_is_the_theory(name):
+    """Replayed with equal stages (backward twice the forward) and free messages, GPipe and 1F1B idle
+    exactly (p - 1) / (m + p - 1) of the time: neither schedule serialises more than it must."""
+    from bench.pipeline import replay
+
+    for p in range(1, 9):
+        for m in (1, 2, 4, 7, 16):
+            assert replay(name, p, m, [{"forward": 1.0, "backward": 2.0}] * p) == pytest.approx((p - 1) / (m + p - 1),
+                                                                                              abs=1e-12), (p, m)

@@ -138,7 +138,7 @@ class PipelineMLP(ShardedModel):
     Layer l's parameters are W{l} (sizes[l] x sizes[l+1]) and b{l}; the whole vector lays the
     layers end to end, which for two layers is models.MLP's layout, and ``init`` draws it as
     models.MLP does.  ``loss_grad`` runs ``schedule`` ("gpipe" or "1f1b") over ``micro``
-    micro-batches; ``busy`` accumulates this stage's compute seconds (for the bubble).
+    micro-batches; ``busy`` accumulates this stage's compute seconds per kind of step (for the bubble).
     """
 
     def __init__(self, comm, sizes, micro=4, schedule="1f1b"):
@@ -154,7 +154,7 @@ class PipelineMLP(ShardedModel):
         self.stage, self.stages = comm.rank, stages
         self.whole = Shard(self._shapes(range(layers)))
         super().__init__(comm, self._shapes(self.layers), [f"W{l}" for l in self.layers])
-        self.busy = 0.0
+        self.busy = dict.fromkeys(("forward", "backward", "update"), 0.0)
 
     def _shapes(self, layers):
         return [shape for l in layers for shape in ((f"W{l}", (self.sizes[l], self.sizes[l + 1])),
@@ -222,7 +222,7 @@ class PipelineMLP(ShardedModel):
             if kind in compute:
                 t = time.perf_counter()
                 compute[kind](st, step[1])
-                self.busy += time.perf_counter() - t
+                self.busy[kind] += time.perf_counter() - t
             elif kind == "sendrecv":
                 p2p.wait([self._post(st, *step[1], True), self._post(st, *step[2], False)])
             else:
