@@ -10,7 +10,9 @@ Bubble: an MLP of p equal layers (``--width`` units, one per stage) on one minib
 idle share is 1 - (its compute seconds) / (the pass's wall seconds); the columns are the mean
 over the stages; "replayed" is the bubble the schedule implies on dedicated cores with the
 stages' measured step times and free messages (load on a shared machine inflates the first
-through scheduling delays at every hand-off, not the second); "theory" is (p - 1) / (m + p - 1).
+through scheduling delays at every hand-off, not the second); "theory" is (p - 1) / (m + p - 1),
+for equal stages: "slowest" is the slowest stage's compute time over the mean stage's (the last
+stage also computes the loss), which the replay includes and the theory does not.
 
 Epochs: ``python -m collectives train`` on the bundled digits (SGD, batch 64), seconds of
 training per epoch (evaluations excluded) for each layout of the same MLP: data parallel over
@@ -63,7 +65,8 @@ def replay(name, stages, micro, cost):
 
 
 def bubble(comm, name, micro, width, rows):
-    """(measured, replayed) mean idle share over the stages of one loss-and-gradient pass."""
+    """(measured, replayed) mean idle share over the stages of one loss-and-gradient pass, and the
+    slowest stage's compute time over the mean stage's."""
     rng = np.random.default_rng(0)
     model = PipelineMLP(comm, [width] * (comm.size + 1), micro, name)
     X, y = rng.standard_normal((rows, width)), rng.integers(0, width, rows)
@@ -76,7 +79,9 @@ def bubble(comm, name, micro, width, rows):
     spent = {k: (model.busy[k] - busy[k]) / micro for k in ("forward", "backward")}
     idle = 1 - sum(spent.values()) * micro / wall
     costs = comm.comm.allgather(spent)
-    return float(np.mean(comm.comm.allgather(idle))), replay(name, comm.size, micro, costs)
+    per_stage = [sum(c.values()) for c in costs]
+    return float(np.mean(comm.comm.allgather(idle))), replay(name, comm.size, micro, costs), \
+        max(per_stage) / np.mean(per_stage)
 
 
 def epoch_seconds(comm, argv, epochs):
@@ -120,9 +125,8 @@ def main():
     p = comm.size
     shares = interleaved([(name, m) for name in ("gpipe", "1f1b") for m in args.micro], args.repeats,
                          lambda case: bubble(comm, *case, args.width, args.rows))
-    rows = [{"schedule": name, "m": m, "measured": float(np.median([a for a, _ in shares[name, m]])),
-             "replayed": float(np.median([b for _, b in shares[name, m]])), "theory": (p - 1) / (m + p - 1)}
-            for name, m in shares]
+    rows = [dict(zip(("measured", "replayed", "slowest"), np.median(np.array(shares[name, m]), axis=0)),
+                 schedule=name, m=m, theory=(p - 1) / (m + p - 1)) for name, m in shares]
     runs = layouts(p, args.hidden)
     times = interleaved(range(len(runs)), args.repeats, lambda i: epoch_seconds(comm, runs[i][1], args.epochs))
     base = float(np.median(times[0]))
@@ -133,7 +137,7 @@ def main():
               f"shared machine; medians of {args.repeats} interleaved runs")
         print(f"# bubble: {p} equal stages of {args.width} units, {args.rows} rows per minibatch")
         print("\n".join(table([("schedule", 9, ""), ("m", 4, "d"), ("measured", 9, ".3f"), ("replayed", 9, ".3f"),
-                               ("theory", 7, ".3f")],
+                               ("theory", 7, ".3f"), ("slowest", 7, ".2f")],
                               rows)))
         print(f"# seconds per training epoch, digits, SGD batch 64, {args.hidden} hidden units; ratio to data x{p}")
         print("\n".join(table([("layout", 36, ""), ("s/epoch", 8, ".3f"), ("ratio", 6, ".2f")], epochs)))
