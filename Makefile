@@ -210,3 +210,9 @@ bench-stragglers: build
 
 clean:
 	rm -rf build collectives/*.so collectives/_kernels.c collectives/_engine.c collectives/_compress.c
+
+# Pipeline bubble against (p-1)/(m+p-1) for GPipe and 1F1B, then seconds per epoch of data, tensor,
+# hybrid and pipeline layouts of the same MLP, at np=4 (bench/pipeline.py).
+.PHONY: bench-pipeline
+bench-pipeline: build
+	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m bench.pipeline $(BENCH_PIPELINE_ARGS)
