@@ -27,7 +27,9 @@ def clean_env(**extra):
     return clean
 
 
-def mpiexec(n, args, timeout=60, env=None, cwd=None):
-    """Run ``python args...`` on ``n`` ranks in a fresh job; the CompletedProcess (text output)."""
-    return subprocess.run([mpiexec_path(), "-n", str(n), sys.executable, *args], env=clean_env(**(env or {})),
-                          cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout)
+def mpiexec(n, args, timeout=60, env=None, cwd=None, launcher=()):
+    """Run ``python args...`` on ``n`` ranks in a fresh job (``launcher``: mpiexec's own options);
+    the CompletedProcess (text output)."""
+    return subprocess.run([mpiexec_path(), *launcher, "-n", str(n), sys.executable, *args],
+                          env=clean_env(**(env or {})), cwd=cwd or ROOT, capture_output=True, text=True,
+                          timeout=timeout)
