@@ -19,7 +19,7 @@ RANKS = 3
 
 # {calls} collectives; {fault} runs on rank 2 just before the second one.
 PROGRAM = """
-import os, signal, threading
+import os, signal, threading, time
 import numpy as np
 from mpi4py import MPI
 import collectives
@@ -27,13 +27,14 @@ comm = collectives.Comm(MPI.COMM_WORLD)
 x = np.ones({count}, np.float32)
 for call in range({calls}):
     if comm.rank == 2 and call == 1:
+        print("fault at", time.time(), flush=True)
         {fault}
     {call}
 """
 
 # Rank 1 raises in its gradient computation at its 20th minibatch of `train`.
 TRAINING = """
-import sys
+import sys, time
 from collectives.__main__ import main
 from collectives.train import trainer
 from mpi4py import MPI
@@ -42,6 +43,7 @@ gradient = trainer.Trainer.local_gradient
 def failing(self, w, index):
     calls[0] += 1
     if MPI.COMM_WORLD.rank == 1 and calls[0] == 20:
+        print("fault at", time.time(), flush=True)
         raise RuntimeError("injected failure in the gradient of rank 1")
     return gradient(self, w, index)
 trainer.Trainer.local_gradient = failing
@@ -55,7 +57,8 @@ def program(fault, count=4, calls=3, call="comm.Allreduce(MPI.IN_PLACE, x)"):
             PROGRAM.format(fault=fault, count=count, calls=calls, call=call)]
 
 
-KILL = "threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()"
+KILL = ("threading.Timer(0.2, lambda: (print('fault at', time.time(), flush=True), "
+        "os.kill(os.getpid(), signal.SIGKILL))).start()")
 
 
 
@@ -99,12 +102,22 @@ CASES = {
 }
 
 
+# What the job leaves to resume from, by case (the README's last column).
+NOTHING = "nothing to recover: no rank has state beyond the failed call"
+RECOVERED = dict.fromkeys(CASES, NOTHING)
+RECOVERED["train-raise"] = ("with `--checkpoint`, the last checkpoint (tests/test_checkpoint.py: "
+                            "a resumed run is bit-identical)")
+
+
 def run(name):
-    """Launch case ``name`` on RANKS ranks: (seconds, exit status, combined output)."""
+    """Launch case ``name`` on RANKS ranks: (seconds from the fault to the end of mpiexec (from
+    the launch if the fault's time stamp was lost), exit status, combined output)."""
     _, args, env, _, *launcher = CASES[name]
     start = time.monotonic()
     done = mpiexec(RANKS, args, timeout=2 * BOUND_S, env=env, launcher=launcher[0] if launcher else ())
-    return time.monotonic() - start, done.returncode, done.stdout + done.stderr
+    end, seconds = time.time(), time.monotonic() - start
+    stamp = re.search(r"^fault at ([0-9.]+)$", done.stdout, re.M)
+    return end - float(stamp.group(1)) if stamp else seconds, done.returncode, done.stdout + done.stderr
 
 
 def message(name, output):
@@ -119,17 +132,22 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("cases", nargs="*", default=list(CASES))
     args = parser.parse_args(argv)
-    print(f"{RANKS} ranks, watchdog at {TIMEOUT} s where set; times are launch to exit of mpiexec "
-          "(its start-up included), on a shared 2-core machine\n")
-    print("| case | time to the exit (s) | what it says | exit status |")
-    print("|---|---|---|---|")
+    print(f"{RANKS} ranks, watchdog at {TIMEOUT} s where set; seconds from the fault (a time "
+          "stamp the faulty rank prints) to the end of mpiexec, on a shared 2-core machine\n")
+    print("| case | time to the end (s) | what it says | exit status | what was recovered |")
+    print("|---|---|---|---|---|")
     for name in args.cases:
         runs = [run(name) for _ in range(args.repeat)]
         times = sorted(r[0] for r in runs)
         statuses = sorted({r[1] for r in runs})
         said = message(name, runs[-1][2]).replace("|", "\\|") or "(nothing matched; see the output)"
-        spread = f"{times[0]:.2f}" if len(times) == 1 else f"{times[0]:.2f}-{times[-1]:.2f}"
-        print(f"| {name}: {CASES[name][0]} | {spread} | `{said}` | {', '.join(map(str, statuses))} |")
+        print(f"| {name}: {CASES[name][0]} | {spread(times)} | `{said}` | "
+              f"{', '.join(map(str, statuses))} | {RECOVERED[name]} |")
+
+
+def spread(times):
+    """'1.23' or '1.23-4.56' for sorted ``times``."""
+    return f"{times[0]:.2f}" if len(times) == 1 else f"{times[0]:.2f}-{times[-1]:.2f}"
 
 
 if __name__ == "__main__":
