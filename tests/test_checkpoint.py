@@ -10,7 +10,7 @@
   at another rank count starts every rank from the average of the saved states;
 * nothing on the checkpoint path pickles: mpi4py's pickle raises while one is written or read.
 
-Under the suite's mpiexec each test runs on one rank (tests/single_process.py).
+Each test launches jobs of its own, so the file runs in the suite's 1-rank launch only.
 """
 import json
 import os
@@ -25,8 +25,9 @@ import numpy as np
 import pytest
 
 from collectives.train import checkpoint
-from tests.launch import ROOT, clean_env, mpiexec, mpiexec_path
-from tests.single_process import one_rank  # noqa: F401 (autouse fixture)
+from tests.launch import ROOT, clean_env, launcher, mpiexec, own_jobs, program_stderr, rank_of
+
+pytestmark = own_jobs
 
 SGD = ["--optimizer", "sgd", "--no-progress"]
 BOUND = 60  # seconds a job may take to stop after SIGTERM (it stops at the next step)
@@ -35,7 +36,7 @@ BOUND = 60  # seconds a job may take to stop after SIGTERM (it stops at the next
 def start(n, args, env=None):
     """Start ``python -m collectives train ARGS`` on ``n`` ranks; (Popen, tag naming its ranks)."""
     tag = uuid.uuid4().hex
-    proc = subprocess.Popen([mpiexec_path(), "-n", str(n), sys.executable, "-m", "collectives", "train", *args],
+    proc = subprocess.Popen([*launcher(), "-n", str(n), sys.executable, "-m", "collectives", "train", *args],
                             env=clean_env(COLLECTIVES_TEST_JOB=tag, **(env or {})), cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     return proc, tag
@@ -55,8 +56,8 @@ def ranks(tag):
                 env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
         except OSError:
             continue
-        if env.get(b"COLLECTIVES_TEST_JOB") == tag.encode() and b"PMI_RANK" in env:
-            out[int(env[b"PMI_RANK"])] = int(pid)
+        if env.get(b"COLLECTIVES_TEST_JOB") == tag.encode() and rank_of(env) is not None:
+            out[rank_of(env)] = int(pid)
     return out
 
 
@@ -130,6 +131,7 @@ def test_sigterm_on_one_rank_checkpoints_and_resumes(tmp_path, n, sync, rank):
         os.kill(ranks(tag)[rank], signal.SIGTERM)  # one rank only: the others must learn of it
         sent = time.monotonic()
         out, err = proc.communicate(timeout=BOUND)
+        err = program_stderr(err)
         took = time.monotonic() - sent
     finally:
         if proc.poll() is None:
