@@ -11,6 +11,7 @@ from libc.limits cimport INT_MAX
 from libc.stdint cimport int64_t
 from libc.stdlib cimport malloc, free, getenv
 from libc.string cimport memcpy, memmove, strcmp
+from posix.time cimport clock_gettime, nanosleep, timespec, CLOCK_MONOTONIC
 cimport numpy as cnp
 import numpy as np
 from mpi4py cimport MPI
@@ -19,6 +20,11 @@ from mpi4py.libmpi cimport *
 
 from collectives._csrc cimport ck_reduce, ck_itemsize
 from collectives.registry import PLAN_OVERHEAD
+from collectives.watchdog import (GRACE_S, MAX_PAUSE_S, SPIN_S, YIELD_S, StallError,
+                                  agree_algorithm, call_number, AGREE_TAG)
+
+cdef extern from "<sched.h>" nogil:
+    int sched_yield()
 
 # Must match collectives/schedule.py.
 DEF SENDRECV = 0
@@ -80,17 +86,123 @@ cdef void abandon(MPI_Request *reqs, const char *is_recv, int nreq) noexcept nog
             MPI_Wait(&reqs[i], MPI_STATUS_IGNORE)
 
 
+# ---- the stall watchdog (collectives.watchdog): every wait of run_steps goes through here ----
+
+DEF TIMED_OUT = -2  # run_steps' return code when a wait outlived the watchdog's limit
+cdef double _spin_s = SPIN_S, _yield_s = YIELD_S, _max_pause_s = MAX_PAUSE_S, _grace_s = GRACE_S
+
+
+cdef struct Watch:
+    double limit   # seconds one wait may make no progress; 0: plain blocking MPI calls
+    double waited  # on expiry: how long the wait had blocked
+    int *peer      # per request: its peer's rank (the requests are run_steps' ``reqs``)
+
+
+cdef inline double monotonic() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + 1e-9 * ts.tv_nsec
+
+
+cdef int poll_all(int n, MPI_Request *reqs, double limit, double *waited) noexcept nogil:
+    """MPI_Testall until done (its return code) or ``limit`` seconds pass (TIMED_OUT): spin,
+    then yield the core, then sleep with a doubling pause, so a long stall costs no CPU."""
+    cdef double start = monotonic(), pause = 1e-6
+    cdef int rc, flag = 0
+    cdef timespec ts
+    while True:
+        rc = MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE)
+        if rc != MPI_SUCCESS or flag:
+            return rc
+        waited[0] = monotonic() - start
+        if waited[0] > limit:
+            return TIMED_OUT
+        if waited[0] > _yield_s:
+            ts.tv_sec = 0
+            ts.tv_nsec = <long>(pause * 1e9)
+            nanosleep(&ts, NULL)
+            pause = pause * 2 if pause * 2 < _max_pause_s else _max_pause_s
+        elif waited[0] > _spin_s:
+            sched_yield()
+
+
+cdef int wait_requests(int n, MPI_Request *reqs, char *is_recv, Watch *w) noexcept nogil:
+    """Every wait of a schedule: MPI_Waitall, or, under the watchdog, polled; on expiry, each
+    request still pending gets bit 2 in ``is_recv`` (its peer is in ``w.peer``)."""
+    cdef int rc, i, flag
+    if w.limit <= 0:
+        return MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE)
+    rc = poll_all(n, reqs, w.limit, &w.waited)
+    if rc == TIMED_OUT:
+        for i in range(n):
+            flag = 1
+            if reqs[i] != MPI_REQUEST_NULL:
+                MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE)
+            if not flag:
+                is_recv[i] |= 2
+    return rc
+
+
+cdef void give_up(MPI_Request *reqs, int nreq) noexcept nogil:
+    """After expiry: cancel every request, give them GRACE_S to complete, then release the
+    ones that did not (a send the MPI cannot cancel): MPI writes into no buffer later."""
+    cdef int i
+    cdef double waited
+    for i in range(nreq):
+        if reqs[i] != MPI_REQUEST_NULL:
+            MPI_Cancel(&reqs[i])
+    if poll_all(nreq, reqs, _grace_s, &waited) == TIMED_OUT:
+        for i in range(nreq):
+            if reqs[i] != MPI_REQUEST_NULL:
+                MPI_Request_free(&reqs[i])
+
+
+cdef int start_request(bint recv, char *at, int count, MPI_Datatype t, int peer, int tag,
+                       MPI_Comm comm, MPI_Request *reqs, char *is_recv, Watch *w,
+                       int *nreq) noexcept nogil:
+    """MPI_Irecv or MPI_Isend as request ``nreq`` (then counted), noting its peer."""
+    cdef int rc
+    if recv:
+        rc = MPI_Irecv(at, count, t, peer, tag, comm, &reqs[nreq[0]])
+    else:
+        rc = MPI_Isend(at, count, t, peer, tag, comm, &reqs[nreq[0]])
+    if rc == MPI_SUCCESS:
+        is_recv[nreq[0]] = recv
+        if w.peer != NULL:
+            w.peer[nreq[0]] = peer
+        nreq[0] += 1
+    return rc
+
+
 cdef int run_steps(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char **buf,
                    size_t size, MPI_Datatype t, int dtype, int op, int tag,
-                   MPI_Request *reqs, char *is_recv, Py_ssize_t *failed) noexcept nogil:
-    """Run the steps; on an error return, ``failed`` holds the step and no request is left open."""
+                   MPI_Request *reqs, char *is_recv, Py_ssize_t *failed, Watch *w,
+                   int *nstarted) noexcept nogil:
+    """Run the steps; on an error return, ``failed`` holds the step and no request is left open.
+
+    Under the watchdog (``w.limit`` > 0) a send or receive row runs as requests after the
+    pending ones, so that every wait is ``wait_requests``; on TIMED_OUT ``nstarted`` says how
+    many requests the marks in ``is_recv`` cover.
+    """
     cdef Py_ssize_t i
     cdef const int64_t *r
-    cdef int rc = MPI_SUCCESS, nreq = 0
+    cdef int rc = MPI_SUCCESS, nreq = 0, first
     for i in range(nsteps):
         r = steps + i * NCOLS
         if r[0] != REDUCE and r[0] != COPY and (r[3] > INT_MAX or r[7] > INT_MAX):
             rc = MPI_ERR_COUNT  # never narrow a count to int: schedule.py splits such rows
+        elif r[0] == SENDRECV and w.limit > 0:
+            first = nreq
+            if r[8] != NONE:
+                rc = start_request(True, buf[r[5]] + r[6] * size, <int>r[7], t, <int>r[8], tag,
+                                   comm, reqs, is_recv, w, &nreq)
+            if rc == MPI_SUCCESS and r[4] != NONE:
+                rc = start_request(False, buf[r[1]] + r[2] * size, <int>r[3], t, <int>r[4], tag,
+                                   comm, reqs, is_recv, w, &nreq)
+            if rc == MPI_SUCCESS:
+                rc = wait_requests(nreq - first, reqs + first, is_recv + first, w)
+                if rc == MPI_SUCCESS:
+                    nreq = first
         elif r[0] == SENDRECV:
             if r[4] == NONE:
                 rc = MPI_Recv(buf[r[5]] + r[6] * size, <int>r[7], t, <int>r[8], tag, comm,
@@ -109,22 +221,21 @@ cdef int run_steps(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char 
             if buf[r[1]] + r[2] * size != buf[r[5]] + r[6] * size:
                     memcpy(buf[r[1]] + r[2] * size, buf[r[5]] + r[6] * size, <size_t>r[3] * size)
         elif r[0] == ISEND:
-            rc = MPI_Isend(buf[r[1]] + r[2] * size, <int>r[3], t, <int>r[4], tag, comm, &reqs[nreq])
-            if rc == MPI_SUCCESS:
-                is_recv[nreq] = 0
-                nreq += 1
+            rc = start_request(False, buf[r[1]] + r[2] * size, <int>r[3], t, <int>r[4], tag,
+                               comm, reqs, is_recv, w, &nreq)
         elif r[0] == IRECV:
-            rc = MPI_Irecv(buf[r[5]] + r[6] * size, <int>r[7], t, <int>r[8], tag, comm, &reqs[nreq])
-            if rc == MPI_SUCCESS:
-                is_recv[nreq] = 1
-                nreq += 1
+            rc = start_request(True, buf[r[5]] + r[6] * size, <int>r[7], t, <int>r[8], tag,
+                               comm, reqs, is_recv, w, &nreq)
         else:
-            rc = MPI_Waitall(nreq, reqs, MPI_STATUSES_IGNORE)
+            rc = wait_requests(nreq, reqs, is_recv, w)
             if rc == MPI_SUCCESS:
                 nreq = 0
         if rc != MPI_SUCCESS:
             failed[0] = i
-            if rc != -1:
+            nstarted[0] = nreq
+            if rc == TIMED_OUT:
+                give_up(reqs, nreq)
+            elif rc != -1:
                 abandon(reqs, is_recv, nreq)
             return rc
     return MPI_SUCCESS
@@ -143,33 +254,51 @@ class ScheduleError(pyMPI.Exception):
 
 
 cdef int run_checked(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char **buf, int dtype,
-                     int op, int tag, Py_ssize_t nreq, object collective) except -1:
-    """run_steps without the GIL; TypeError or ScheduleError when a step fails."""
+                     int op, int tag, Py_ssize_t nreq, object collective, double limit=0) except -1:
+    """run_steps without the GIL, watched when ``limit`` > 0 seconds; TypeError, ScheduleError
+    or StallError when a step fails."""
     cdef size_t size = ck_itemsize(dtype)
     cdef MPI_Request *reqs = NULL
     cdef MPI_Datatype t
     cdef Py_ssize_t failed = -1
-    cdef int rc, rank = 0
+    cdef int rc, rank = 0, nstarted = 0, i
+    cdef Watch w
+    cdef char *is_recv
+    w.limit = limit
+    w.waited = 0
+    w.peer = NULL
+    if limit > 0:
+        nreq += 2  # room for a send or receive row's own requests
     element_type(size, &t)
     if nreq:
-        reqs = <MPI_Request *>malloc(nreq * (sizeof(MPI_Request) + 1))
+        reqs = <MPI_Request *>malloc(nreq * (sizeof(MPI_Request) + 1 + (sizeof(int) if limit > 0 else 0)))
         if reqs == NULL:
             raise MemoryError()
-    with nogil:
-        rc = run_steps(comm, steps, nsteps, buf, size, t, dtype, op, tag, reqs,
-                       <char *>(reqs + nreq), &failed)
-    free(reqs)
-    if rc == -1:
-        raise TypeError(f"op code {op} is not defined on dtype code {dtype}")
-    if rc != MPI_SUCCESS:
-        MPI_Comm_rank(comm, &rank)
-        raise ScheduleError(rc, collective, failed, rank)
+        if limit > 0:
+            w.peer = <int *>(reqs + nreq)
+    is_recv = <char *>(w.peer + nreq) if w.peer != NULL else <char *>(reqs + nreq)
+    try:
+        with nogil:
+            rc = run_steps(comm, steps, nsteps, buf, size, t, dtype, op, tag, reqs,
+                           is_recv, &failed, &w, &nstarted)
+        if rc == -1:
+            raise TypeError(f"op code {op} is not defined on dtype code {dtype}")
+        if rc != MPI_SUCCESS:
+            MPI_Comm_rank(comm, &rank)
+            if rc == TIMED_OUT:
+                raise StallError(collective, failed, rank,
+                                 [(w.peer[i], "receive" if is_recv[i] & 1 else "send")
+                                  for i in range(nstarted) if is_recv[i] & 2], w.waited)
+            raise ScheduleError(rc, collective, failed, rank)
+    finally:
+        free(reqs)
     return 0
 
 
 def execute(MPI.Comm comm, const int64_t[:, ::1] steps, acc, tmp, inp, int dtype, int op,
-            int tag, Py_ssize_t nreq, collective="schedule"):
-    """Run ``steps`` on ``comm`` over the ACC, TMP and IN buffers (each may be None)."""
+            int tag, Py_ssize_t nreq, collective="schedule", double timeout=0):
+    """Run ``steps`` on ``comm`` over the ACC, TMP and IN buffers (each may be None);
+    ``timeout`` > 0 seconds: StallError when a wait makes no progress for that long."""
     cdef Py_buffer views[NBUFS]
     cdef char *buf[NBUFS]
     cdef bint held[NBUFS]
@@ -188,7 +317,7 @@ def execute(MPI.Comm comm, const int64_t[:, ::1] steps, acc, tmp, inp, int dtype
                 held[i] = True
                 buf[i] = <char *>views[i].buf
         run_checked(comm.ob_mpi, &steps[0, 0] if steps.shape[0] else NULL, steps.shape[0], buf,
-                    dtype, op, tag, nreq, collective)
+                    dtype, op, tag, nreq, collective, timeout)
     finally:
         for i in range(NBUFS):
             if held[i]:
@@ -208,6 +337,7 @@ DEF SCATTER = 6
 DEF BARRIER = 7
 DEF NCOLL = 8
 DEF BYTE_CODE = 5  # uint8 in collectives.ops.DTYPES
+DEF OP_MAX = 3  # MPI.MAX in _OPS
 DEF MAX_DATATYPES = 128
 DEF MAX_NPY = 64
 DEF ACC_BUF = 0
@@ -436,6 +566,8 @@ cdef class Fast:
     cdef Py_ssize_t *counts
     cdef list envs
     cdef public Py_ssize_t calls
+    cdef double limit        # the watchdog's seconds (0: off), set by ``watch``
+    cdef _Plan agree_plan    # the argument check's exchange under the watchdog
 
     def __init__(self, MPI.Comm comm, owner, make_plan, tags, names):
         from collectives.cache import ByteLRU
@@ -459,6 +591,20 @@ cdef class Fast:
         self.tmp = np.zeros(64, np.uint8)
         self.aux = np.zeros(64, np.uint8)
         self.calls = 0
+
+    def watch(self, double limit):
+        """Watch every wait for ``limit`` seconds (collectives.watchdog); 0 turns it off."""
+        from collectives.registry import plan
+        self.limit = limit
+        self.agree_plan = None
+        if limit > 0 and self.size > 1:
+            pl = _Plan()
+            pl.steps, pl.tmp_count, pl.nreq = plan(agree_algorithm(self.size), self.rank,
+                                                  self.size, self.nvec)
+            pl.nsteps = pl.steps.shape[0]
+            pl.rows = <const int64_t *>cnp.PyArray_DATA(pl.steps)
+            pl.name = "argument check"
+            self.agree_plan = pl
 
     def __len__(self):
         """Number of cached plans."""
@@ -537,10 +683,14 @@ cdef class Fast:
             v[5 + w + i] = -v[3 + i]
         v[3 + w] = -coll
         v[4 + w] = -pl.algo
-        with nogil:
-            rc = MPI_Allreduce(MPI_IN_PLACE, v, self.nvec, MPI_INT64_T, MPI_MAX, self.comm.ob_mpi)
-        if rc != MPI_SUCCESS:
-            raise pyMPI.Exception(rc)
+        if self.agree_plan is not None:
+            self.launch(coll, self.agree_plan, <char *>v, NULL, _npy_code[<int>cnp.NPY_INT64], OP_MAX,
+                        AGREE_TAG)
+        else:
+            with nogil:
+                rc = MPI_Allreduce(MPI_IN_PLACE, v, self.nvec, MPI_INT64_T, MPI_MAX, self.comm.ob_mpi)
+            if rc != MPI_SUCCESS:
+                raise pyMPI.Exception(rc)
         name = self.names[coll]
         if v[0]:
             raise ValueError(f"{name}: invalid arguments on another rank (it raised the details)")
@@ -557,17 +707,23 @@ cdef class Fast:
         raise ValueError(disagreement(name, list(keys), [-v[3 + w + i] for i in range(len(keys))],
                                       [v[1 + i] for i in range(len(keys))]))
 
-    cdef int launch(self, int coll, _Plan pl, char *acc, char *inp, int dtype, int op) except -1:
-        """Run ``pl`` over ACC, TMP and IN; a failure marks the Comm unusable."""
+    cdef int launch(self, int coll, _Plan pl, char *acc, char *inp, int dtype, int op,
+                    int tag=-1) except -1:
+        """Run ``pl`` over ACC, TMP and IN (on the collective's tag unless ``tag``); a failure
+        marks the Comm unusable."""
         cdef char *buf[NBUFS]
         buf[ACC_BUF] = acc if acc != NULL else _empty
         buf[TMP_BUF] = self.scratch(False, pl.tmp_count * ck_itemsize(dtype)) if pl.tmp_count else _empty
         buf[IN_BUF] = inp if inp != NULL else _empty
         try:
-            run_checked(self.comm.ob_mpi, pl.rows, pl.nsteps, buf, dtype, op, self.tags[coll],
-                        pl.nreq, f"{self.names[coll]} ({pl.name})")
+            run_checked(self.comm.ob_mpi, pl.rows, pl.nsteps, buf, dtype, op,
+                        self.tags[coll] if tag < 0 else tag, pl.nreq,
+                        f"{self.names[coll]} ({pl.name})", self.limit)
         except ScheduleError as exc:
             self.owner._broken = str(exc)
+            raise
+        except StallError as exc:
+            self.owner._stalled(exc, call_number(self.owner, True))
             raise
         return 0
 

@@ -50,6 +50,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .registry import ALGORITHMS, names
+from .watchdog import agree_max
 
 # Collective indices, as in collectives._engine, which runs the same agreement in C.
 COLLECTIVE_INDEX = {name: i for i, name in enumerate(ALGORITHMS)}
@@ -72,7 +73,10 @@ def agree(comm, collective, algo, error=False, **fields):
     hi = head + [-unknown if v is None else int(v) for v in values]
     lo = head[1:] + [unknown if v is None else int(v) for v in values]
     both = np.array(hi + [-v for v in lo], dtype=np.int64)
-    comm._coll.Allreduce(MPI.IN_PLACE, both, op=MPI.MAX)
+    if comm.timeout:
+        agree_max(comm, both, collective)
+    else:
+        comm._coll.Allreduce(MPI.IN_PLACE, both, op=MPI.MAX)
     hi, lo = both[1:len(hi)], -both[len(hi):]
     if both[0]:
         if error:

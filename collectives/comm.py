@@ -43,7 +43,7 @@ import os
 
 from mpi4py import MPI
 
-from . import jobs, node, transport
+from . import jobs, node, transport, watchdog
 from .derived import derived
 from .executor import NATIVE, TAG, plan_fast, run, start
 from .ops import OP_NAMES
@@ -69,9 +69,15 @@ class Comm:
         ``last_algorithm`` holds the name chosen by this rank's latest collective call.
     check : bool, optional
         Agree across ranks on arguments before each collective (default: COLLECTIVES_CHECK, on).
+    timeout : float, optional
+        The stall watchdog (``collectives.watchdog``): seconds a collective or primitive may
+        wait without progress before it raises StallError, or aborts the job (default:
+        COLLECTIVES_TIMEOUT; 0: off).  Set it alike on every rank.
+    on_timeout : {"raise", "abort"}, optional
+        What a stall does (default: COLLECTIVES_TIMEOUT_MODE, else "raise").
     """
 
-    def __init__(self, comm=None, *, algorithms=None, check=None):
+    def __init__(self, comm=None, *, algorithms=None, check=None, timeout=None, on_timeout=None):
         self.comm = MPI.COMM_WORLD if comm is None else comm
         if isinstance(self.comm, Comm):
             self.comm = self.comm.comm
@@ -92,6 +98,8 @@ class Comm:
         if check is None:
             check = os.environ.get("COLLECTIVES_CHECK", "1") not in ("", "0")
         self.check = bool(check)
+        self.timeout, self.on_timeout = watchdog.settings(timeout, on_timeout)
+        self._jobs = 0  # collectives run as jobs (the fast path counts its own): call numbers
         self._scratch = {}  # executor.buffer's reused buffers, by purpose
         self._progress = None  # the thread running nonblocking collectives, once one starts
         self._owned = False  # whether Free also frees ``comm`` (made by Dup, Split, ...)
@@ -101,6 +109,14 @@ class Comm:
         # The fast path reads and sets _broken, _progress, check and last_algorithm here.
         self._fast = (Fast(self._coll, self, functools.partial(plan_fast, self),
                            [TAG[c] for c in ALGORITHMS], list(ALGORITHMS)) if NATIVE else None)
+        if self.timeout:
+            if self._fast is not None:
+                self._fast.watch(self.timeout)
+            # Finding the nodes takes MPI's own collectives (Split_type), which no watchdog can
+            # give up on; the constructor is collective anyway, so the first all-reduce is not.
+            self._nodes = node.discover(self)
+
+    _stalled = watchdog.stalled
 
     def __getattr__(self, name):
         if name.startswith("_") or name == "comm":
@@ -259,19 +275,19 @@ class Comm:
 
     def Push(self, buf, dest):
         """Start sending ``buf`` to rank ``dest``, where ``Receive`` takes it; returns a Request."""
-        return transport.push(self._coll, buf, dest)
+        return transport.push(self._coll, buf, dest, self)
 
     def Receive(self, buf, source=MPI.ANY_SOURCE):
         """Start receiving one ``Push`` of exactly the size of ``buf``; returns a Request."""
-        return transport.receive(self._coll, buf, source)
+        return transport.receive(self._coll, buf, source, self)
 
     def Pull(self, buf, owner):
         """Start fetching into ``buf`` what rank ``owner`` serves; returns a Request."""
-        return transport.pull(self._coll, buf, owner)
+        return transport.pull(self._coll, buf, owner, self)
 
     def Serve(self, buf, source=MPI.ANY_SOURCE):
         """Answer one ``Pull`` with ``buf``; returns the rank that asked."""
-        return transport.serve(self._coll, buf, source)
+        return transport.serve(self._coll, buf, source, self)
 
     def Wait(self, requests):
         """Complete every request in ``requests`` (point-to-point or collective)."""

@@ -19,6 +19,7 @@ from .nonblocking import Progress, completed
 from .ops import DTYPES, OP_NAMES, dtype_code, supports
 from .registry import ALGORITHMS, env_choice, log, names, plan, resolve_name, select
 from .schedule import run_python
+from .watchdog import StallError, call_number, stalled
 
 try:
     from ._engine import ScheduleError, execute as _native_execute
@@ -59,18 +60,29 @@ def buffer(comm, purpose, nbytes):
 def execute(comm, algo, args, acc, inp, dtype, op, collective):
     """Run ``algo``'s schedule for ``args`` on ``acc`` (and input ``inp``) in this process's executor."""
     steps, tmp_count, nreq = plan(algo.name, comm.rank, comm.size, *args)
+    execute_steps(comm, steps, tmp_count, nreq, acc, inp, dtype, op, TAG[collective],
+                  f"{collective} ({algo.name})")
+
+
+def execute_steps(comm, steps, tmp_count, nreq, acc, inp, dtype, op, tag, name):
+    """Run planned ``steps`` on ``tag``, watched when ``comm.timeout`` is set; a failure or
+    a stall marks the Comm unusable (a stall aborts the job in the watchdog's abort mode)."""
     itemsize = np.dtype(DTYPES[dtype]).itemsize
     tmp = buffer(comm, "tmp", tmp_count * itemsize) if tmp_count else None
-    if NATIVE:
-        try:
-            _native_execute(comm._coll, steps, acc, tmp, inp, dtype, op, TAG[collective], nreq,
-                            f"{collective} ({algo.name})")
-        except ScheduleError as exc:
-            comm._broken = str(exc)
-            raise
-    else:
-        bufs = [None if b is None else as_bytes(b) for b in (acc, tmp, inp)]
-        run_python(comm._coll, steps, bufs, dtype, op, TAG[collective])
+    try:
+        if NATIVE:
+            try:
+                _native_execute(comm._coll, steps, acc, tmp, inp, dtype, op, tag, nreq, name,
+                                comm.timeout)
+            except ScheduleError as exc:
+                comm._broken = str(exc)
+                raise
+        else:
+            bufs = [None if b is None else as_bytes(b) for b in (acc, tmp, inp)]
+            run_python(comm._coll, steps, bufs, dtype, op, tag, comm.timeout, name)
+    except StallError as exc:
+        stalled(comm, exc, call_number(comm, False))
+        raise
 
 
 def plan_fast(comm, collective, algorithm, count, nbytes, uniform, args, op=None, dtype=None):
@@ -101,9 +113,19 @@ def _usable(comm):
         raise RuntimeError(f"collectives.Comm is unusable: {comm._broken}")
 
 
+def _counted(comm, job):
+    """``job``, counting itself among the Comm's collectives when it starts (the watchdog's call
+    numbers; jobs start in the order they were issued)."""
+    def counted():
+        comm._jobs += 1
+        job()
+    return counted
+
+
 def run(comm, job):
     """Run ``job`` now, or after the nonblocking collectives still pending on ``comm``."""
     _usable(comm)
+    job = _counted(comm, job)
     if comm._progress is not None and comm._progress.busy():
         comm._progress.submit(job).wait()
     else:
@@ -113,6 +135,7 @@ def run(comm, job):
 def start(comm, job):
     """Start ``job`` on ``comm``'s progress thread; return its Request."""
     _usable(comm)
+    job = _counted(comm, job)
     if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
         # A progress thread would call MPI beside the caller, which needs THREAD_MULTIPLE.
         log.info("collectives: MPI thread level below THREAD_MULTIPLE; nonblocking "
@@ -123,5 +146,5 @@ def start(comm, job):
     return comm._progress.submit(job)
 
 
-__all__ = ["BYTE", "NATIVE", "TAG", "as_bytes", "buffer", "choose", "execute", "native_job",
+__all__ = ["BYTE", "NATIVE", "TAG", "as_bytes", "buffer", "choose", "execute", "execute_steps", "native_job",
            "plan_fast", "run", "start"]

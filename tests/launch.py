@@ -61,9 +61,11 @@ def clean_env(**extra):
     return clean
 
 
-def mpiexec(n, args, timeout=60, env=None, cwd=None):
-    """Run ``python args...`` on ``n`` ranks in a fresh job; the CompletedProcess (text output)."""
-    done = subprocess.run([*launcher(), "-n", str(n), sys.executable, *args], env=clean_env(**(env or {})),
-                          cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout)
+def mpiexec(n, args, timeout=60, env=None, cwd=None, options=()):
+    """Run ``python args...`` on ``n`` ranks in a fresh job (``options``: more of mpiexec's own);
+    the CompletedProcess (text output)."""
+    done = subprocess.run([*launcher(), *options, "-n", str(n), sys.executable, *args],
+                          env=clean_env(**(env or {})), cwd=cwd or ROOT, capture_output=True, text=True,
+                          timeout=timeout)
     done.stderr = program_stderr(done.stderr)
     return done

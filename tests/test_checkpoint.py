@@ -172,6 +172,45 @@ def test_checkpoint_of_another_job_is_refused(tmp_path):
                                      "resuming with 'adam'"), result.stderr
 
 
+def test_checkpoint_of_another_model_is_refused(tmp_path):
+    """Logistic and least-squares regression have as many parameters: the model's name tells them apart."""
+    data = tmp_path / "binary.svm"
+    rows = np.random.default_rng(0).normal(size=(40, 3))
+    data.write_text("".join(f"{int(r[0] > 0)} " + " ".join(f"{j + 1}:{v:.3f}" for j, v in enumerate(r)) + "\n"
+                            for r in rows))
+    ckpt = str(tmp_path / "c.npz")
+    base = [*SGD, "--data", str(data), "--batch", "4", "--epochs", "1", "--checkpoint", ckpt]
+    ok(train(1, [*base, "--model", "logistic", "--checkpoint-every", "2"]))
+    result = train(2, [*base, "--model", "linear", "--resume"])
+    assert result.returncode == 1
+    assert result.stderr.strip() == (f"collectives train: error: {ckpt} was written by model 'Logistic', "
+                                     "this job's is 'LeastSquares'"), result.stderr
+
+
+def test_state_another_optimizer_keeps_is_a_data_error():
+    from collectives.train.errors import DataError
+
+    state = {"w": np.zeros(5), "t": 3}
+    with pytest.raises(DataError, match=r"^c\.npz holds no 'm' state \(written by another model or optimizer\)$"):
+        checkpoint.check_state("c.npz", state, {"w": (5,), "t": (), "m": (5,)})
+    with pytest.raises(DataError, match=r"^c\.npz holds w of shape \(2, 4\), this job's is \(5,\)$"):
+        checkpoint.check_state("c.npz", {"w": np.zeros((2, 4))}, {"w": (5,)})
+    checkpoint.check_state("c.npz", {"w": np.zeros((2, 5)), "t": 1}, {"w": (5,), "t": ()})
+
+
+def test_compressed_run_resumes_bit_identical(tmp_path):
+    """The error-feedback residuals and the compressor's seeds are part of the checkpoint."""
+    ckpt, whole, resumed = (str(tmp_path / n) for n in ("c.npz", "whole.npz", "resumed.npz"))
+    options = [*SGD, "--epochs", "2", "--compress", "topk", "--checkpoint", ckpt, "--checkpoint-every", "10"]
+    ok(train(2, [*options, "--max-steps", "25"]))
+    with np.load(ckpt, allow_pickle=False) as f:
+        assert f["residuals"].shape == (2, meta(ckpt)["model_size"]) and f["residuals"].any()
+    ok(train(2, [*options, "--resume", "--save", resumed]))
+    ok(train(2, [*SGD, "--epochs", "2", "--compress", "topk", "--save", whole]))
+    np.testing.assert_array_equal(weights(resumed), weights(whole))
+    ok(train(3, [*options, "--resume"]))  # another rank count: each rank takes a share of the residuals
+
+
 NO_PICKLE = """
 import sys
 from mpi4py import MPI

@@ -369,7 +369,7 @@ class Trainer:
 
     def save(self, path, epoch, step, w, opt):
         """Write the checkpoint of this step to ``path`` (collective; see train.checkpoint)."""
-        state = dict(w=w, **opt.state())
+        state = dict(w=w, **opt.state(), **self.compression_state())
         if ckpt.layout(self.o["sync"]) == "per-rank":
             states = ckpt.gather(self.comm.comm, state, lambda r: ckpt.shapes_of(state))
             if self.rank == 0:
@@ -389,8 +389,9 @@ class Trainer:
                 error = exc
         ckpt.agree(self.comm.comm, error)
 
-    def read_checkpoint(self, path):
-        """(meta, state) of the checkpoint at ``path``, checked against this job on every rank.
+    def read_checkpoint(self, path, expected):
+        """(meta, state) of the checkpoint at ``path``, checked against this job on every rank
+        (``expected``: name -> shape of the state it must hold, see checkpoint.check_state).
 
         DataError on every rank when any rank cannot use it: resuming some ranks but not
         others would train on silently mixed states.
@@ -398,7 +399,8 @@ class Trainer:
         meta = state = error = None
         try:
             meta, state = ckpt.load(path)
-            ckpt.check(path, meta, self.o, self.model.size)
+            ckpt.check(path, meta, self.o, self.model.size, type(self.model).__name__)
+            ckpt.check_state(path, state, expected)
         except DataError as exc:
             error = exc
         ckpt.agree(self.comm.comm, error)
@@ -407,12 +409,41 @@ class Trainer:
 
     def load(self, path, opt):
         """(w, epoch, step) restored from ``path`` into ``opt``, at any rank count (train.checkpoint)."""
-        meta, state = self.read_checkpoint(path)
+        meta, state = self.read_checkpoint(path, ckpt.shapes_of(dict(w=np.zeros(self.model.size),
+                                                                     **opt.state())))
         if meta["layout"] == "per-rank":
             state = ckpt.rank_state(state, meta["nranks"], self.rank, self.size)
         w = np.array(state.pop("w"), np.float64)
+        self.load_compression(state, meta["nranks"])
         opt.load(state)
         return w, meta["epoch"], meta["step"]
+
+    def compression_state(self):
+        """What ``--compress`` carries from step to step (collective): the compressor's step
+        counter (its seeds) and, on rank 0, every rank's error-feedback residual, stacked."""
+        if self.compressor is None:
+            return {}
+        state = {"compress_step": self.compressor.step}
+        residual = self.compress_state.residual if self.compress_state is not None else None
+        if ckpt.anyone(self.comm.comm, residual is not None):
+            mine = residual if residual is not None else np.zeros(self.model.size)
+            rows = ckpt.gather(self.comm.comm, {"r": mine}, lambda r: {"r": mine.shape})
+            if rows is not None:
+                state["residuals"] = np.stack([row["r"] for row in rows])
+        return state
+
+    def load_compression(self, state, nranks):
+        """Restore what ``compression_state`` saved (taking it out of ``state``).  At another
+        rank count every rank gets an equal share of the summed residuals, so what compression
+        had not yet sent is still sent, once."""
+        step, rows = state.pop("compress_step", None), state.pop("residuals", None)
+        if self.compressor is None:
+            return
+        self.compressor.step = step or 0
+        if rows is not None:
+            self.compress_state = compression.ErrorFeedback()
+            self.compress_state.residual = (np.array(rows[self.rank], np.float64) if nranks == self.size
+                                            else rows.sum(axis=0) / self.size)
 
     def resuming(self):
         """Whether to resume: --resume and the checkpoint exists on some rank."""
