@@ -102,7 +102,7 @@ def allreduce(comm, sendbuf, recvbuf, op, algorithm):
     every rank.
     """
     from .agreement import agree
-    from .buffers import is_in_place, parse
+    from .buffers import Native, is_in_place, parse
     from .executor import run
     from .ops import check_op
     from .registry import env_choice, may_be_node_aware, resolve_name, select_node
@@ -116,7 +116,7 @@ def allreduce(comm, sendbuf, recvbuf, op, algorithm):
         recv, n, _ = parse(recvbuf, "recvbuf", writable=True)
         send = None if is_in_place(sendbuf) else parse(sendbuf, "sendbuf")[0]
         opc, dt = check_op(op, recv.dtype)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, Native):
         return False
     if n == 0 or (send is not None and (send.size != n or send.dtype != recv.dtype)):
         return False
