@@ -198,15 +198,18 @@ def test_state_another_optimizer_keeps_is_a_data_error():
     checkpoint.check_state("c.npz", {"w": np.zeros((2, 5)), "t": 1}, {"w": (5,), "t": ()})
 
 
-def test_compressed_run_resumes_bit_identical(tmp_path):
-    """The error-feedback residuals and the compressor's seeds are part of the checkpoint."""
+@pytest.mark.parametrize("compress", ["topk", "sign"])
+def test_compressed_run_resumes_bit_identical(tmp_path, compress):
+    """The error-feedback residuals (sign's also those of re-compressing the summed chunks) and
+    the compressor's seeds are part of the checkpoint."""
     ckpt, whole, resumed = (str(tmp_path / n) for n in ("c.npz", "whole.npz", "resumed.npz"))
-    options = [*SGD, "--epochs", "2", "--compress", "topk", "--checkpoint", ckpt, "--checkpoint-every", "10"]
+    options = [*SGD, "--epochs", "2", "--compress", compress, "--checkpoint", ckpt, "--checkpoint-every", "10"]
     ok(train(2, [*options, "--max-steps", "25"]))
     with np.load(ckpt, allow_pickle=False) as f:
         assert f["residuals"].shape == (2, meta(ckpt)["model_size"]) and f["residuals"].any()
+        assert f["owner_residuals"].any() == (compress == "sign")
     ok(train(2, [*options, "--resume", "--save", resumed]))
-    ok(train(2, [*SGD, "--epochs", "2", "--compress", "topk", "--save", whole]))
+    ok(train(2, [*SGD, "--epochs", "2", "--compress", compress, "--save", whole]))
     np.testing.assert_array_equal(weights(resumed), weights(whole))
     ok(train(3, [*options, "--resume"]))  # another rank count: each rank takes a share of the residuals
 

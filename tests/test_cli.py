@@ -104,7 +104,9 @@ def test_unwritable_output_on_rank_0(tmp_path):
     (["--colour", "red"], "unrecognized arguments: --colour red"),
     (["--optimizer", "sgd", "--sync", "ps", "--servers", "2"], "servers=2 with 2 ranks"),
     (["--model", "mlp", "--optimizer", "newton"], "Newton's method needs a model with a Hessian"),
-], ids=["combination", "choice", "range", "type", "fraction", "unknown", "servers", "newton-mlp"])
+    (["--optimizer", "sgd", "--sync", "ddp", "--compress", "int8", "--checkpoint", "c.npz"],
+     "--checkpoint does not hold ddp's per-bucket error-feedback state"),
+], ids=["combination", "choice", "range", "type", "fraction", "unknown", "servers", "newton-mlp", "ddp-compress-ckpt"])
 def test_usage_errors(args, what):
     # a usage error is found before any data is read: a missing file is not reached
     one_error(launch(*args, "--data", "/nonexistent.svm", "--no-progress"), 2, what)

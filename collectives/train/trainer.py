@@ -94,6 +94,9 @@ def check_options(options, model, size):
         raise UsageError("Newton's method needs a model with a Hessian (not the MLP)")
     if o["compress"] != "none" and (o["optimizer"] in optim.BATCH or o["sync"] not in COMPRESSIBLE):
         raise UsageError(f"--compress applies to stochastic gradients with --sync {', '.join(COMPRESSIBLE)}")
+    if o["compress"] != "none" and o["sync"] == "ddp" and o["checkpoint"]:
+        raise UsageError("--checkpoint does not hold ddp's per-bucket error-feedback state: "
+                         "with --compress, checkpoint under --sync sync or local")
     if o["compress"] not in compression.COMPRESSORS:
         raise UsageError(f"unknown compressor {o['compress']!r}; one of {', '.join(compression.COMPRESSORS)}")
     if o["sync"] == "ps" and not 1 <= o["servers"] < size:
@@ -420,30 +423,47 @@ class Trainer:
 
     def compression_state(self):
         """What ``--compress`` carries from step to step (collective): the compressor's step
-        counter (its seeds) and, on rank 0, every rank's error-feedback residual, stacked."""
+        counter (its seeds) and, on rank 0, every rank's error-feedback residuals, stacked: the
+        one of its gradient, and the one of its re-compression of the chunk it sums (placed
+        in a whole-length vector, with the chunk's bounds)."""
         if self.compressor is None:
             return {}
         state = {"compress_step": self.compressor.step}
-        residual = self.compress_state.residual if self.compress_state is not None else None
-        if ckpt.anyone(self.comm.comm, residual is not None):
-            mine = residual if residual is not None else np.zeros(self.model.size)
-            rows = ckpt.gather(self.comm.comm, {"r": mine}, lambda r: {"r": mine.shape})
+        ef = self.compress_states.get(None)
+        residual = ef.residual if ef is not None else None
+        if ckpt.anyone(self.comm.comm, ef is not None and (residual is not None or ef.server is not None)):
+            n = self.model.size
+            mine = {"r": residual if residual is not None else np.zeros(n), "s": np.zeros(n), "span": np.zeros(2)}
+            if ef.server is not None:
+                lo, hi = ef.server_span
+                mine["s"][lo:hi] = ef.server
+                mine["span"][:] = lo, hi
+            rows = ckpt.gather(self.comm.comm, mine, lambda r: {"r": (n,), "s": (n,), "span": (2,)})
             if rows is not None:
                 state["residuals"] = np.stack([row["r"] for row in rows])
+                state["owner_residuals"] = np.stack([row["s"] for row in rows])
+                state["owner_spans"] = np.stack([row["span"] for row in rows])
         return state
 
     def load_compression(self, state, nranks):
         """Restore what ``compression_state`` saved (taking it out of ``state``).  At another
-        rank count every rank gets an equal share of the summed residuals, so what compression
-        had not yet sent is still sent, once."""
+        rank count the chunks differ: every rank gets an equal share of all the residuals
+        summed, so what compression had not yet sent is still sent, once."""
         step, rows = state.pop("compress_step", None), state.pop("residuals", None)
+        owners, spans = state.pop("owner_residuals", None), state.pop("owner_spans", None)
         if self.compressor is None:
             return
         self.compressor.step = step or 0
-        if rows is not None:
-            self.compress_state = compression.ErrorFeedback()
-            self.compress_state.residual = (np.array(rows[self.rank], np.float64) if nranks == self.size
-                                            else rows.sum(axis=0) / self.size)
+        if rows is None:
+            return
+        ef = self.compress_states[None] = compression.ErrorFeedback()
+        if nranks != self.size:
+            ef.residual = (rows.sum(axis=0) + owners.sum(axis=0)) / self.size
+            return
+        ef.residual = np.array(rows[self.rank], np.float64)
+        lo, hi = (int(v) for v in spans[self.rank])
+        if hi > lo:
+            ef.server, ef.server_span = np.array(owners[self.rank][lo:hi], np.float64), (lo, hi)
 
     def resuming(self):
         """Whether to resume: --resume and the checkpoint exists on some rank."""
