@@ -5,6 +5,7 @@
     collectives-bench --launches 5 -np 2 allreduce --quick    # median and spread over 5 launches
     collectives-bench --mpich-algorithms -np 2 allreduce       # best of ours against best of MPICH
     collectives-bench plot bench/results/*.json                # PNG per collective and rank count
+    collectives-bench tune --np 2:8                            # the auto decision table (bench/tune.py)
     collectives-bench --summary                                 # combine earlier JSON results
 
 Sizes: ``-m MIN:MAX`` (OSU) or ``-b MIN -e MAX -f FACTOR`` (nccl-tests), units K, M, G (binary).
@@ -128,6 +129,9 @@ def main(argv=None):
     if argv[:1] == ["plot"]:
         from bench.plot import main as plot
         return plot(argv[1:])
+    if argv[:1] == ["tune"]:
+        from bench.tune import main as tune
+        return tune(argv[1:])
     ap = parser()
     args = ap.parse_args(argv)
     args.tests = tests_of(args.tests_opt or args.tests, ap)
