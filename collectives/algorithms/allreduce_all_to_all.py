@@ -14,6 +14,11 @@ Cost: alpha + (p-1) n beta + (p-1) n gamma (the p-1 messages of a rank in flight
 from ..schedule import ACC, TMP
 
 
+def cost(p, n, alpha, beta, gamma):
+    """The header's Cost for p ranks and n bytes."""
+    return alpha + (p - 1) * n * (beta + gamma) if p > 1 else 0.0
+
+
 def allreduce_all_to_all(s, count):
     """All-reduce ACC in place: everyone sends everyone its vector, then all combine in rank order."""
     p, r = s.size, s.rank
