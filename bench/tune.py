@@ -140,23 +140,23 @@ def main(argv=None):
         (lo, hi), factor, (nlo, nhi), budget = (8, 64 << 10), 64, (2, 2), 0.05
     sweep = [*args.collectives, "-m", f"{lo or 8}:{hi}", "-f", str(factor), "-a", "all", "--budget", str(budget),
              "-x", "3"]
-    sweeps = {}
+    sweeps, cores = {}, os.cpu_count() or 1
     for np_ in range(nlo, nhi + 1):
         print(f"[collectives-bench tune] np={np_}: {' '.join(sweep)}", file=sys.stderr, flush=True)
         results, error = launch(np_, sweep)
         if error:
             raise SystemExit(f"collectives-bench tune: the launch at np={np_} failed: {error}")
         sweeps[np_] = results
-    cores = os.cpu_count() or 1
-    metadata = {
-        "command": "collectives-bench tune " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "ranks": [nlo, nhi], "bytes": [lo or 8, hi], "stepfactor": factor, "budget_s": budget,
-        "tolerance": args.tolerance, "cores": cores,
-        "oversubscribed_above": cores, "note": args.note,
-        "environment": sweeps[nlo][0].get("env") if sweeps[nlo] else None,
-    }
-    table = build(sweeps, args.tolerance, metadata)
-    write(table, args.output)
-    print(f"# wrote {args.output}: " + ", ".join(f"{c} {len(r)} rows" for c, r in table.rows.items()))
+        metadata = {
+            "command": "collectives-bench tune " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "ranks_measured": sorted(sweeps), "bytes": [lo or 8, hi], "stepfactor": factor, "budget_s": budget,
+            "tolerance": args.tolerance, "cores": cores, "oversubscribed_above_ranks": cores, "note": args.note,
+            "environment": sweeps[nlo][0].get("env") if sweeps[nlo] else None,
+        }
+        # Written after every rank count, so a sweep cut short still leaves a table.
+        table = build(sweeps, args.tolerance, metadata)
+        write(table, args.output)
+        print(f"# wrote {args.output} (np {nlo}..{np_}): "
+              + ", ".join(f"{c} {len(r)} rows" for c, r in table.rows.items()), flush=True)
     return 0

@@ -1,0 +1,43 @@
+# Runtime environment of the batch jobs, sourced by slurm_*.sh and pbs_*.sh (not run alone).
+#
+#   HERE     the collectives checkout (the scripts set it from the submit directory)
+#   MPI      wheel (default: the mpich wheel in $HERE/.venv, launched by srun --mpi=pmi2 or
+#            its own Hydra mpiexec) or system (the cluster's MPI: module load $MPI_MODULE; the
+#            extensions must have been built with `make build MPI=system`)
+#   RESULTS  root of the per-job folders (default $HERE/runs)
+
+# One BLAS / OpenMP thread per rank: the ranks are the parallelism (python -m collectives sets
+# the same defaults; exported here too so every tool the job starts sees them).
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+export MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
+
+MPI=${MPI:-wheel}
+case "$MPI" in
+  wheel)
+    PY=${PY:-$HERE/.venv/bin/python}
+    MPIEXEC=${MPIEXEC:-$HERE/.venv/bin/mpiexec}
+    SRUN_MPI=(--mpi=pmi2) ;;
+  system)
+    module load "${MPI_MODULE:-mpi}" 2>/dev/null || echo "note: no module ${MPI_MODULE:-mpi}; using the MPI on PATH" >&2
+    PY=${PY:-$HERE/.venv/bin/python}
+    MPIEXEC=${MPIEXEC:-mpiexec}
+    SRUN_MPI=() ;;
+  *)
+    echo "MPI must be wheel or system, not '$MPI'" >&2
+    exit 2 ;;
+esac
+if [ ! -x "$PY" ]; then
+  echo "no Python at $PY: run make in $HERE first (or set PY)" >&2
+  exit 2
+fi
+
+# job_dir NAME ID: make and print the per-job folder $RESULTS/NAME-ID (kept across a requeue,
+# which keeps the job's id, so a requeued job finds its checkpoint there).
+job_dir() {
+  local dir="${RESULTS:-$HERE/runs}/$1-$2"
+  mkdir -p "$dir" && echo "$dir"
+}
+
+# The time limit's warning signal: checkpoint (training) or stop between tests (benchmark).
+PREEMPTED=75
