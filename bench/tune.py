@@ -15,6 +15,7 @@ The table's metadata records the machine, the date, the command and every measur
 """
 import argparse
 import datetime
+import json
 import os
 import sys
 
@@ -53,6 +54,9 @@ def parser():
                     help="keep the previous size's winner within this fraction of the best (default 0.03)")
     ap.add_argument("--quick", action="store_true", help="smoke run: np 2, 8 B .. 64 KiB, factor 64, tiny budget")
     ap.add_argument("-o", "--output", default=DEFAULT_PATH, help=f"table to write (default {DEFAULT_PATH})")
+    ap.add_argument("--raw", metavar="DIR", help="also write each launch's benchmark results here (tune_np<p>.json)")
+    ap.add_argument("--from", dest="source", metavar="DIR",
+                    help="measure nothing: build the table from the tune_np<p>.json files an earlier --raw wrote")
     ap.add_argument("--note", default="", help="text for the table's metadata (e.g. the machine's load)")
     return ap
 
@@ -128,6 +132,7 @@ def build(sweeps, tolerance, metadata):
 
 def main(argv=None):
     """``collectives-bench tune``: launch the sweeps, write the table; the exit status."""
+    from bench.common import write_json
     from bench.launches import launch
     from collectives.tuning import write
 
@@ -142,21 +147,32 @@ def main(argv=None):
              "-x", "3"]
     sweeps, cores = {}, os.cpu_count() or 1
     for np_ in range(nlo, nhi + 1):
-        print(f"[collectives-bench tune] np={np_}: {' '.join(sweep)}", file=sys.stderr, flush=True)
-        results, error = launch(np_, sweep)
-        if error:
-            raise SystemExit(f"collectives-bench tune: the launch at np={np_} failed: {error}")
+        if args.source:
+            path = os.path.join(args.source, f"tune_np{np_}.json")
+            if not os.path.exists(path):
+                continue
+            with open(path) as f:
+                results = json.load(f)["results"]
+        else:
+            print(f"[collectives-bench tune] np={np_}: {' '.join(sweep)}", file=sys.stderr, flush=True)
+            results, error = launch(np_, sweep)
+            if error:
+                raise SystemExit(f"collectives-bench tune: the launch at np={np_} failed: {error}")
+            if args.raw:
+                write_json(f"tune_np{np_}.json", {"results": results}, args.raw)
         sweeps[np_] = results
         metadata = {
             "command": "collectives-bench tune " + " ".join(argv if argv is not None else sys.argv[1:]),
             "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "ranks_measured": sorted(sweeps), "bytes": [lo or 8, hi], "stepfactor": factor, "budget_s": budget,
             "tolerance": args.tolerance, "cores": cores, "oversubscribed_above_ranks": cores, "note": args.note,
-            "environment": sweeps[nlo][0].get("env") if sweeps[nlo] else None,
+            "environment": next(iter(sweeps.values()))[0].get("env"),
         }
         # Written after every rank count, so a sweep cut short still leaves a table.
         table = build(sweeps, args.tolerance, metadata)
         write(table, args.output)
-        print(f"# wrote {args.output} (np {nlo}..{np_}): "
+        print(f"# wrote {args.output} (np {', '.join(map(str, sorted(sweeps)))}): "
               + ", ".join(f"{c} {len(r)} rows" for c, r in table.rows.items()), flush=True)
+    if not sweeps:
+        raise SystemExit(f"collectives-bench tune: no tune_np<p>.json for np {nlo}..{nhi} in {args.source}")
     return 0

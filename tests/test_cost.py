@@ -61,3 +61,16 @@ def test_cost_matches_the_header(name):
     for p in ps:
         for n in (4, 1000, 1 << 20, (1 << 20) + 12):
             assert mod.cost(p, n, A, B, G) == pytest.approx(formula(p, n), rel=1e-12), (p, n)
+
+
+def test_model_fits_alpha_and_beta_from_a_ping_pong():
+    from bench import model
+
+    rows = [{"algorithm": "native", "size": n, "min(us)": (2e-6 + n / 10e9) * 1e6} for n in (8, 1 << 16, 1 << 20)]
+    rows.append({"algorithm": "ours", "size": 8, "min(us)": 0.1})  # only native rows count
+    alpha, beta = model.fit_alpha_beta(rows)
+    assert alpha == pytest.approx(2e-6 + 8 / 10e9) and beta == pytest.approx(1 / 10e9, rel=1e-3)
+    # The projection's choice at a point is the least cost over the collective's algorithms.
+    (n, best, us), = model.project("allreduce", 1024, 1.5e-6, 8 / 100e9, 1 / 40e9, [1 << 26])
+    costs = {a.name: _module(a.name).cost(1024, 1 << 26, 1.5e-6, 8 / 100e9, 1 / 40e9) for a in ALGORITHMS["allreduce"]}
+    assert best == min(costs, key=costs.get) and us == pytest.approx(costs[best] * 1e6)
