@@ -41,3 +41,22 @@ job_dir() {
 
 # The time limit's warning signal: checkpoint (training) or stop between tests (benchmark).
 PREEMPTED=75
+
+# train_args DIR: TRAIN_ARGS, the training command (DATA, EPOCHS) checkpointing into DIR.
+train_args() {
+  TRAIN_ARGS=(train)
+  [ -n "${DATA:-}" ] && TRAIN_ARGS+=(--data "$DATA")
+  TRAIN_ARGS+=(--model softmax --optimizer sgd --epochs "${EPOCHS:-50}" --checkpoint "$1/checkpoint.npz"
+               --checkpoint-every 50 --resume --metrics "$1/metrics.json" --save "$1/model.npz")
+}
+
+# requeue_if_preempted STATUS COMMAND...: run the scheduler's requeue COMMAND when the job
+# checkpointed and stopped (STATUS 75).
+requeue_if_preempted() {
+  local status=$1
+  shift
+  if [ "$status" -eq "$PREEMPTED" ]; then
+    echo "checkpointed before the time limit: requeueing"
+    "$@"
+  fi
+}

@@ -18,15 +18,9 @@ source "$HERE/bench/jobs/common.sh"
 OUT=$(job_dir train "${PBS_JOBID:-local}")
 echo "job ${PBS_JOBID:-local} writing to $OUT"
 
-data=()
-[ -n "${DATA:-}" ] && data=(--data "$DATA")
+train_args "$OUT"
 timeout --preserve-status --signal=TERM --kill-after=120 "$(( ${SECONDS_LIMIT:-1800} - ${MARGIN:-60} ))" \
-  "$MPIEXEC" -n "${NP:-4}" -bind-to core "$PY" -m collectives train "${data[@]}" --model softmax --optimizer sgd \
-  --epochs "${EPOCHS:-50}" --checkpoint "$OUT/checkpoint.npz" --checkpoint-every 50 --resume \
-  --metrics "$OUT/metrics.json" --save "$OUT/model.npz"
+  "$MPIEXEC" -n "${NP:-4}" -bind-to core "$PY" -m collectives "${TRAIN_ARGS[@]}"
 status=$?
-if [ "$status" -eq "$PREEMPTED" ]; then
-  echo "checkpointed before the walltime: requeueing"
-  qrerun "$PBS_JOBID"
-fi
+requeue_if_preempted "$status" qrerun "$PBS_JOBID"
 exit "$status"

@@ -20,14 +20,8 @@ source "$HERE/bench/jobs/common.sh"
 OUT=$(job_dir train "${SLURM_JOB_ID:-local}")
 echo "job ${SLURM_JOB_ID:-local} (restart ${SLURM_RESTART_COUNT:-0}) writing to $OUT"
 
-data=()
-[ -n "${DATA:-}" ] && data=(--data "$DATA")
-srun "${SRUN_MPI[@]}" --cpu-bind=cores "$PY" -m collectives train "${data[@]}" --model softmax --optimizer sgd \
-  --epochs "${EPOCHS:-50}" --checkpoint "$OUT/checkpoint.npz" --checkpoint-every 50 --resume \
-  --metrics "$OUT/metrics.json" --save "$OUT/model.npz"
+train_args "$OUT"
+srun "${SRUN_MPI[@]}" --cpu-bind=cores "$PY" -m collectives "${TRAIN_ARGS[@]}"
 status=$?
-if [ "$status" -eq "$PREEMPTED" ]; then
-  echo "checkpointed before the time limit: requeueing"
-  scontrol requeue "$SLURM_JOB_ID"
-fi
+requeue_if_preempted "$status" scontrol requeue "$SLURM_JOB_ID"
 exit "$status"
