@@ -7,9 +7,10 @@ Request.  ``execute`` runs a planned schedule in the Cython executor (``_engine.
 without the GIL) or, under COLLECTIVES_PUREPYTHON=1 or without the extension, in
 ``schedule.run_python``; a native failure marks the Comm unusable.  ``plan_fast`` is what
 the fast path (``_engine.Fast``) calls to plan a call shape it has not cached.
-``choose`` records the choice (``last_algorithm``; ``explain`` gives the reason, and
-COLLECTIVES_EXPLAIN=1 prints it per call).  ``native_job`` delegates a call no algorithm covers to mpi4py's method on the private
-communicator, where it keeps its place in the order of the Comm's collectives.
+``choose`` records the choice in ``last_algorithm`` (``explain`` gives the reason, and
+COLLECTIVES_EXPLAIN=1 prints it per call).  ``native_job`` delegates a call no algorithm
+covers to mpi4py's method on the private communicator, where it keeps its place in the
+order of the Comm's collectives.
 """
 import os
 import sys
@@ -148,5 +149,5 @@ def start(comm, job):
     return comm._progress.submit(job)
 
 
-__all__ = ["BYTE", "EXPLAIN", "NATIVE", "TAG", "as_bytes", "buffer", "choose", "execute", "explain", "native_job",
-           "plan_fast", "run", "start"]
+__all__ = ["BYTE", "EXPLAIN", "NATIVE", "TAG", "as_bytes", "buffer", "choose", "execute", "explain",
+           "native_job", "plan_fast", "run", "start"]
