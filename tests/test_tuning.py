@@ -199,3 +199,15 @@ def test_bad_files_name_the_file_and_the_problem(tmp_path, monkeypatch, content,
     with pytest.raises(tuning.TuningError, match="tuning table "):
         comm.Allreduce(np.ones(4, np.float32), np.empty(4, np.float32))
     comm.Free()
+
+
+def test_repeat_mode_reports_auto_against_the_best_named_algorithm():
+    from bench.launches import auto_vs_best
+
+    def launch(auto, ring):
+        rows = [("native", 1.0), ("default", 9.0), ("auto", auto), ("allreduce_ring", ring), ("allreduce_binomial", 3.0)]
+        return {"rows": [{"size": 8, "place": "out", "algorithm": a, "p50(us)": t} for a, t in rows]
+                + [{"size": 64, "place": "out", "algorithm": "auto", "p50(us)": None}]}
+
+    # Per launch best / auto: 1.9 / 2.0, 2.0 / 2.0 (auto ran the best), 1.0 / 2.0.
+    assert auto_vs_best([launch(2.0, 1.9), launch(2.0, 2.0), launch(2.0, 1.0)]) == {(8, "out"): (0.95, 0.5, 1.0)}
