@@ -7,10 +7,10 @@
 One launch per rank count (``bench.launches.launch``, without mpiexec around this command)
 runs the benchmark sweep of every tuned collective with all algorithms forced by name,
 interleaved in that launch.  Per collective, rank count and size the winner is the lowest
-p50; a size keeps the previous size's winner while that one is within ``--tolerance`` of the
-best (noise should not split a range).  Equal winners over consecutive sizes become one
-bytes range (up to and including the last size it won), and consecutive rank counts with the
-same ranges one ranks range; the largest measured rank count and size extend to unbounded.
+p50 (or min, ``--stat min``); a size keeps the previous size's winner while that one is within
+``--tolerance`` of the best (noise should not split a range).  Equal winners over consecutive
+sizes become one bytes range (up to and including the last size it won), and consecutive rank
+counts with the same ranges one ranks range; the largest measured rank count and size extend to unbounded.
 The table's metadata records the machine, the date, the command and every measured point.
 """
 import argparse
@@ -52,6 +52,9 @@ def parser():
     ap.add_argument("--budget", type=float, default=1.0, help="seconds of timed calls per size (default 1)")
     ap.add_argument("--tolerance", type=float, default=0.03,
                     help="keep the previous size's winner within this fraction of the best (default 0.03)")
+    ap.add_argument("--stat", choices=["p50", "min"], default="p50",
+                    help="the time that ranks algorithms (default p50; min on a machine other jobs load: "
+                         "their delays only add)")
     ap.add_argument("--quick", action="store_true", help="smoke run: np 2, 8 B .. 64 KiB, factor 64, tiny budget")
     ap.add_argument("-o", "--output", default=DEFAULT_PATH, help=f"table to write (default {DEFAULT_PATH})")
     ap.add_argument("--raw", metavar="DIR", help="also write each launch's benchmark results here (tune_np<p>.json)")
@@ -61,14 +64,14 @@ def parser():
     return ap
 
 
-def winners(rows, tolerance):
-    """[(size, algorithm)] ascending from one sweep's rows: the lowest p50 of the named
-    algorithms, or the previous size's winner while it is within ``tolerance`` of that."""
+def winners(rows, tolerance, stat="p50"):
+    """[(size, algorithm)] ascending from one sweep's rows: the lowest ``stat`` (p50 or min) of
+    the named algorithms, or the previous size's winner while it is within ``tolerance`` of that."""
     by_size = {}
     for row in rows:
-        if row["place"] == "out" and row["p50(us)"] is not None and row["algorithm"] not in (
+        if row["place"] == "out" and row[f"{stat}(us)"] is not None and row["algorithm"] not in (
                 "default", "auto") and not row["algorithm"].startswith("native"):
-            by_size.setdefault(row["size"], {})[row["algorithm"]] = row["p50(us)"]
+            by_size.setdefault(row["size"], {})[row["algorithm"]] = row[f"{stat}(us)"]
     out, previous = [], None
     for size in sorted(by_size):
         times = by_size[size]
@@ -109,7 +112,7 @@ def table_rows(per_np):
             for lo, hi, spans in groups for blo, bhi, name in spans]
 
 
-def build(sweeps, tolerance, metadata):
+def build(sweeps, tolerance, metadata, stat="p50"):
     """The Table from {rank count: [result records of the benchmark]}; every collective without
     measurements but with algorithms gets its first algorithm for any call."""
     from collectives.registry import ALGORITHMS
@@ -119,7 +122,7 @@ def build(sweeps, tolerance, metadata):
     points = {}
     for np_, results in sweeps.items():
         for result in results:
-            won = winners(result["rows"], tolerance)
+            won = winners(result["rows"], tolerance, stat)
             if won:
                 per.setdefault(result["collective"], {})[np_] = ranges(won)
                 points.setdefault(result["collective"], {})[str(np_)] = won
@@ -165,11 +168,12 @@ def main(argv=None):
             "command": "collectives-bench tune " + " ".join(argv if argv is not None else sys.argv[1:]),
             "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "ranks_measured": sorted(sweeps), "bytes": [lo or 8, hi], "stepfactor": factor, "budget_s": budget,
-            "tolerance": args.tolerance, "cores": cores, "oversubscribed_above_ranks": cores, "note": args.note,
+            "tolerance": args.tolerance, "statistic": args.stat, "cores": cores,
+            "oversubscribed_above_ranks": cores, "note": args.note,
             "environment": next(iter(sweeps.values()))[0].get("env"),
         }
         # Written after every rank count, so a sweep cut short still leaves a table.
-        table = build(sweeps, args.tolerance, metadata)
+        table = build(sweeps, args.tolerance, metadata, args.stat)
         write(table, args.output)
         print(f"# wrote {args.output} (np {', '.join(map(str, sorted(sweeps)))}): "
               + ", ".join(f"{c} {len(r)} rows" for c, r in table.rows.items()), flush=True)

@@ -66,6 +66,10 @@ def test_tune_builds_ranges_from_measured_winners():
                    {"ranks": [1, 3], "bytes": [4097, None], "algorithm": seg},
                    {"ranks": [4, None], "bytes": [0, None], "algorithm": rd}]
     assert table.metadata["winners"]["allreduce"]["2"][0] == (8, rd)
+    # Ranked by the fastest sample instead: binomial's min beats recursive doubling's.
+    rows = [{"size": 8, "place": "out", "algorithm": a, "p50(us)": p50, "min(us)": low}
+            for a, p50, low in ((rd, 1.0, 0.9), ("allreduce_binomial", 2.0, 0.5))]
+    assert tune.winners(rows, 0.03) == [(8, rd)] and tune.winners(rows, 0.03, "min") == [(8, "allreduce_binomial")]
     # Unmeasured collectives get a row for every call.
     assert [r.algorithm for r in table.lookup("gather", 64, 1 << 30)] == ["gather_linear"]
 
