@@ -5,7 +5,7 @@ and projected to large rank counts.
     collectives-bench model --params p.json results/*.json # reuse a fit; compare with these benchmark files
 
 * Fit: alpha and beta from a native ping-pong at np=2 (bench/p2p.py's ``latency``, one launch):
-  alpha is the fastest one-way time of the smallest message, beta the least (t - alpha) / n over
+  alpha is the fastest one-way time up to 4 KiB, beta the least (t - alpha) / n over
   messages of 64 KiB and more (fastest times: other jobs on a shared machine only add to them).  gamma from the reduction kernel (collectives.kernels.reduce_into,
   float32 sum, the combine every reducing schedule calls), best of several runs, 1-16 MiB.
 * Compare: every named algorithm's row of the given benchmark results at 64 KiB and more,
@@ -28,6 +28,7 @@ from bench.common import RESULTS, human, sizes, write_json
 NETWORKS = {"100Gbit/s+1.5us": (1.5e-6, 8 / 100e9), "25Gbit/s+5us": (5e-6, 8 / 25e9)}
 PROJECT_RANKS = (64, 256, 1024, 4096)
 LARGE = 64 << 10
+SMALL = 4 << 10
 # MPICH's defaults (pmodels/mpich, src/mpi/coll/cvars.txt and the CVAR blocks of the
 # collectives' sources): the size in bytes where its default choice changes.
 MPICH_DEFAULTS = {
@@ -53,12 +54,15 @@ def fit_alpha_beta(rows):
     shared machine the fastest sample is the one other jobs did not delay)."""
     points = sorted((row["size"], row["min(us)"] * 1e-6) for row in rows
                     if row["algorithm"] == "native" and row["min(us)"] is not None)
-    if not points:
-        raise SystemExit("collectives-bench model: the ping-pong gave no native rows")
-    alpha = points[0][1]
-    slopes = [(t - alpha) / n for n, t in points if n >= LARGE]
+    small = [t for n, t in points if n <= SMALL]
+    if not small:
+        raise SystemExit(f"collectives-bench model: the ping-pong has no size up to {human(SMALL)} to fit alpha")
+    # Up to SMALL the time is all start-up: the fastest of them is alpha.
+    alpha = min(small)
+    slopes = [(t - alpha) / n for n, t in points if n >= LARGE and t > alpha]
     if not slopes:
-        raise SystemExit(f"collectives-bench model: the ping-pong has no size of {human(LARGE)} or more to fit beta")
+        raise SystemExit(f"collectives-bench model: the ping-pong has no size of {human(LARGE)} or more "
+                         "slower than its small messages to fit beta (a disturbed run: fit again)")
     return alpha, min(slopes)
 
 

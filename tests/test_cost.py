@@ -70,6 +70,8 @@ def test_model_fits_alpha_and_beta_from_a_ping_pong():
     rows.append({"algorithm": "ours", "size": 8, "min(us)": 0.1})  # only native rows count
     alpha, beta = model.fit_alpha_beta(rows)
     assert alpha == pytest.approx(2e-6 + 8 / 10e9) and beta == pytest.approx(1 / 10e9, rel=1e-3)
+    with pytest.raises(SystemExit, match="no size of 64 KiB or more slower"):
+        model.fit_alpha_beta([dict(row, **{"min(us)": 5.0}) for row in rows])
     # The projection's choice at a point is the least cost over the collective's algorithms.
     (n, best, us), = model.project("allreduce", 1024, 1.5e-6, 8 / 100e9, 1 / 40e9, [1 << 26])
     costs = {a.name: _module(a.name).cost(1024, 1 << 26, 1.5e-6, 8 / 100e9, 1 / 40e9) for a in ALGORITHMS["allreduce"]}
