@@ -99,7 +99,8 @@ def fit(budget):
 
 
 def compare(results, params):
-    """Rows (collective, np, size, algorithm, measured us, predicted us, error) at LARGE and up."""
+    """Rows (collective, np, size, algorithm, measured p50 us, measured min us, predicted us, error
+    against p50, error against min) at LARGE and up."""
     from collectives.registry import ALGORITHMS
 
     a, b, g = params["alpha_s"], params["beta_s_per_byte"], params["gamma_s_per_byte"]
@@ -110,7 +111,7 @@ def compare(results, params):
             if row["algorithm"] in names and row["place"] == "out" and row["size"] >= LARGE and row["p50(us)"]:
                 predicted = cost_of(row["algorithm"])(result["np"], row["size"], a, b, g) * 1e6
                 out.append((result["collective"], result["np"], row["size"], row["algorithm"], row["p50(us)"],
-                            predicted, predicted / row["p50(us)"] - 1))
+                            row["min(us)"], predicted, predicted / row["p50(us)"] - 1, predicted / row["min(us)"] - 1))
     return out
 
 
@@ -167,18 +168,19 @@ def main(argv=None):
              f"({b * 1e12:.1f} ps/byte), gamma {1 / g / 1e9:.2f} GB/s ({g * 1e12:.1f} ps/byte)"]
     rows = compare(results_from(args.results or sorted(glob.glob(os.path.join(RESULTS, "tune_np*.json")))), params)
     if rows:
-        lines += [f"# predicted beside measured, p50, {human(LARGE)} and more; error = predicted / measured - 1",
-                  f"#{'collective':>15} {'np':>3} {'size':>9} {'algorithm':>34} {'measured(us)':>13} "
-                  f"{'predicted(us)':>13} {'error':>7}"]
-        lines += [f"{c:>16} {p:>3} {human(n):>9} {name:>34} {m:>13.1f} {pr:>13.1f} {e:>+7.0%}"
-                  for c, p, n, name, m, pr, e in rows]
-        errors = [abs(e) for *_, e in rows]
-        lines.append(f"# |error|: median {statistics.median(errors):.0%}, {sum(e <= 0.25 for e in errors)} of "
-                     f"{len(errors)} within 25%")
-        for p in sorted({r[1] for r in rows}):
-            mine = [abs(r[6]) for r in rows if r[1] == p]
-            lines.append(f"#   np={p}: median |error| {statistics.median(mine):.0%}, "
-                         f"{sum(e <= 0.25 for e in mine)} of {len(mine)} within 25%")
+        lines += [f"# predicted beside measured, {human(LARGE)} and more; error = predicted / measured - 1",
+                  f"#{'collective':>15} {'np':>3} {'size':>9} {'algorithm':>34} {'p50(us)':>11} {'min(us)':>11} "
+                  f"{'predicted':>11} {'err(p50)':>8} {'err(min)':>8}"]
+        lines += [f"{c:>16} {p:>3} {human(n):>9} {name:>34} {m:>11.1f} {low:>11.1f} {pr:>11.1f} {e:>+8.0%} {el:>+8.0%}"
+                  for c, p, n, name, m, low, pr, e, el in rows]
+        for p in [None] + sorted({r[1] for r in rows}):
+            mine = [r for r in rows if p is None or r[1] == p]
+            text = []
+            for label, k in (("p50", 7), ("min", 8)):
+                errors = [abs(r[k]) for r in mine]
+                text.append(f"against {label} median |error| {statistics.median(errors):.0%}, "
+                            f"{sum(e <= 0.25 for e in errors)} of {len(errors)} within 25%")
+            lines.append(f"# {'all' if p is None else f'np={p}'}: " + "; ".join(text))
     projection = {}
     size_list = sizes(8, 64 << 20, 4)
     for net, (alpha, beta) in NETWORKS.items():
