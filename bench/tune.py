@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-from bench.cli import parse_bytes, parse_range
+from bench.cli import parse_range
 
 # Collectives with more than one algorithm (reduce has one: its row needs no measuring).
 TUNED = ("allreduce", "bcast", "allgather", "reduce_scatter", "gather", "scatter", "barrier")
