@@ -96,7 +96,7 @@ def auto_vs_best(results):
     for result in results:
         by_cell = {}
         for row in result["rows"]:
-            if row["p50(us)"] is not None and not row["algorithm"].startswith("native") and row["algorithm"] != "default":
+            if row["p50(us)"] is not None and not row["algorithm"].startswith(("native", "default")):
                 by_cell.setdefault((row["size"], row["place"]), {})[row["algorithm"]] = row["p50(us)"]
         for cell, times in by_cell.items():
             named = [t for name, t in times.items() if name != "auto"]

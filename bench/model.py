@@ -6,10 +6,11 @@ and projected to large rank counts.
 
 * Fit: alpha and beta from a native ping-pong at np=2 (bench/p2p.py's ``latency``, one launch):
   alpha is the fastest one-way time up to 4 KiB, beta the least (t - alpha) / n over
-  messages of 64 KiB and more (fastest times: other jobs on a shared machine only add to them).  gamma from the reduction kernel (collectives.kernels.reduce_into,
-  float32 sum, the combine every reducing schedule calls), best of several runs, 1-16 MiB.
+  messages of 64 KiB and more (fastest times: other jobs on a shared machine only add to them).
+  gamma from the reduction kernel (collectives.kernels.reduce_into, float32 sum, the combine
+  every reducing schedule calls), best of several runs, 1-16 MiB.
 * Compare: every named algorithm's row of the given benchmark results at 64 KiB and more,
-  measured p50 beside ``cost(p, n, alpha, beta, gamma)`` from its module, and the error.
+  measured p50 and min beside ``cost(p, n, alpha, beta, gamma)`` from its module, and the errors.
 * Project: per collective, the algorithm of least predicted time and that time at 64 .. 4096
   ranks for two interconnects (100 Gbit/s with 1.5 us, 25 Gbit/s with 5 us; gamma stays this
   machine's), the sizes where the choice changes, beside MPICH's published thresholds.

@@ -130,7 +130,8 @@ def test_explain_names_the_request_row_or_fallback(tmp_path, monkeypatch):
     monkeypatch.setenv("COLLECTIVES_TUNING", path)
     monkeypatch.delenv("COLLECTIVES_ALLREDUCE", raising=False)
     comm = collectives.Comm(MPI.COMM_WORLD)
-    assert comm.explain("allreduce", 16) == f"allreduce_binomial: auto: allreduce row 0 (ranks 1.., bytes 0..64) of {path}"
+    row0 = f"allreduce row 0 (ranks 1.., bytes 0..64) of {path}"
+    assert comm.explain("allreduce", 16) == f"allreduce_binomial: auto: {row0}"
     beyond = comm.explain("allreduce", 17, "float32")
     assert beyond.startswith(f"{collectives.names('allreduce')[0]}: auto: no usable allreduce row of {path} for "
                              f"{comm.size} ranks and 68 bytes")
@@ -143,7 +144,7 @@ def test_explain_names_the_request_row_or_fallback(tmp_path, monkeypatch):
         monkeypatch.setattr(registry, "MAX_SCRATCH_ELEMENTS", comm.size - 1)
         assert comm.explain("allreduce", 16, algorithm="all_to_all") == (
             "allreduce_binomial: allreduce_all_to_all (per call) does not apply: needs (p - 1) x count elements "
-            f"of scratch, over COLLECTIVES_MAX_SCRATCH; auto: allreduce row 0 (ranks 1.., bytes 0..64) of {path}")
+            f"of scratch, over COLLECTIVES_MAX_SCRATCH; auto: {row0}")
     with pytest.raises(ValueError, match="unknown collective 'allreduc'"):
         comm.explain("allreduc", 16)
     per_comm.Free()
@@ -209,7 +210,8 @@ def test_repeat_mode_reports_auto_against_the_best_named_algorithm():
     from bench.launches import auto_vs_best
 
     def launch(auto, ring):
-        rows = [("native", 1.0), ("default", 9.0), ("auto", auto), ("allreduce_ring", ring), ("allreduce_binomial", 3.0)]
+        rows = [("native", 1.0), ("default", 9.0), ("auto", auto), ("allreduce_ring", ring),
+                ("allreduce_binomial", 3.0)]
         return {"rows": [{"size": 8, "place": "out", "algorithm": a, "p50(us)": t} for a, t in rows]
                 + [{"size": 64, "place": "out", "algorithm": "auto", "p50(us)": None}]}
 
