@@ -10,7 +10,9 @@ interleaved in that launch.  Per collective, rank count and size the winner is t
 p50 (or min, ``--stat min``); a size keeps the previous size's winner while that one is within
 ``--tolerance`` of the best (noise should not split a range).  Equal winners over consecutive
 sizes become one bytes range (up to and including the last size it won), and consecutive rank
-counts with the same ranges one ranks range; the largest measured rank count and size extend to unbounded.
+counts with the same ranges one ranks range.  The largest measured size extends to unbounded,
+the largest rank count does not: the rows of ``--base`` (by default bench/tuning_base.json, the
+hand-set policy) follow the measured ones, for the rank counts and collectives not measured.
 The table's metadata records the machine, the date, the command and every measured point.
 """
 import argparse
@@ -21,6 +23,7 @@ import sys
 
 from bench.cli import parse_range
 
+BASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tuning_base.json")
 # Collectives with more than one algorithm (reduce has one: its row needs no measuring).
 TUNED = ("allreduce", "bcast", "allgather", "reduce_scatter", "gather", "scatter", "barrier")
 
@@ -60,6 +63,10 @@ def parser():
     ap.add_argument("--raw", metavar="DIR", help="also write each launch's benchmark results here (tune_np<p>.json)")
     ap.add_argument("--from", dest="source", metavar="DIR",
                     help="measure nothing: build the table from the tune_np<p>.json files an earlier --raw wrote")
+    ap.add_argument("--base", metavar="FILE", default=BASE,
+                    help="a table whose rows follow the measured ones: the choice for rank counts and "
+                         "collectives not measured (default: the hand-set policy, bench/tuning_base.json; "
+                         "'' for none)")
     ap.add_argument("--note", default="", help="text for the table's metadata (e.g. the machine's load)")
     return ap
 
@@ -98,7 +105,8 @@ def ranges(points):
 
 def table_rows(per_np):
     """Decision rows of one collective from {rank count: [(lo, hi, algorithm)]}: rank counts with
-    equal ranges merge; the smallest starts at 1 rank, the largest extends to any count."""
+    equal ranges merge; the smallest starts at 1 rank, the largest ends at the largest measured
+    (an oversubscribed run says nothing about a cluster's thousands of ranks)."""
     groups = []
     for np_ in sorted(per_np):
         if groups and groups[-1][2] == per_np[np_]:
@@ -107,14 +115,15 @@ def table_rows(per_np):
             groups.append([np_, np_, per_np[np_]])
     if not groups:
         return []
-    groups[0][0], groups[-1][1] = 1, None
+    groups[0][0] = 1
     return [{"ranks": [lo, hi], "bytes": [blo, bhi], "algorithm": name}
             for lo, hi, spans in groups for blo, bhi, name in spans]
 
 
-def build(sweeps, tolerance, metadata, stat="p50"):
-    """The Table from {rank count: [result records of the benchmark]}; every collective without
-    measurements but with algorithms gets its first algorithm for any call."""
+def build(sweeps, tolerance, metadata, stat="p50", base=None):
+    """The Table from {rank count: [result records of the benchmark]}, followed by the rows of
+    the Table ``base`` (the choices where nothing was measured: more ranks, other collectives);
+    without a base, a collective without measurements gets its first algorithm."""
     from collectives.registry import ALGORITHMS
     from collectives.tuning import FORMAT, parse
 
@@ -126,9 +135,9 @@ def build(sweeps, tolerance, metadata, stat="p50"):
             if won:
                 per.setdefault(result["collective"], {})[np_] = ranges(won)
                 points.setdefault(result["collective"], {})[str(np_)] = won
-    collectives = {c: table_rows(per[c]) if c in per else
-                   [{"ranks": [1, None], "bytes": [0, None], "algorithm": ALGORITHMS[c][0].name}]
-                   for c in ALGORITHMS}
+    fallback = {c: [r.as_json() for r in rows] for c, rows in base.rows.items()} if base else {
+        c: [{"ranks": [1, None], "bytes": [0, None], "algorithm": ALGORITHMS[c][0].name}] for c in ALGORITHMS}
+    collectives = {c: table_rows(per.get(c, {})) + fallback.get(c, []) for c in ALGORITHMS}
     return parse({"format": FORMAT, "metadata": dict(metadata, winners=points), "collectives": collectives},
                  "<tune>")
 
@@ -137,7 +146,7 @@ def main(argv=None):
     """``collectives-bench tune``: launch the sweeps, write the table; the exit status."""
     from bench.common import write_json
     from bench.launches import launch
-    from collectives.tuning import write
+    from collectives.tuning import load, write
 
     args = parser().parse_args(argv)
     unknown = [c for c in args.collectives if c not in TUNED]
@@ -149,6 +158,7 @@ def main(argv=None):
     sweep = [*args.collectives, "-m", f"{lo or 8}:{hi}", "-f", str(factor), "-a", "all", "--budget", str(budget),
              "-x", "3"]
     sweeps, cores = {}, os.cpu_count() or 1
+    base = load(args.base) if args.base else None
     for np_ in range(nlo, nhi + 1):
         if args.source:
             path = os.path.join(args.source, f"tune_np{np_}.json")
@@ -168,12 +178,12 @@ def main(argv=None):
             "command": "collectives-bench tune " + " ".join(argv if argv is not None else sys.argv[1:]),
             "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "ranks_measured": sorted(sweeps), "bytes": [lo or 8, hi], "stepfactor": factor, "budget_s": budget,
-            "tolerance": args.tolerance, "statistic": args.stat, "cores": cores,
+            "tolerance": args.tolerance, "statistic": args.stat, "base": args.base, "cores": cores,
             "oversubscribed_above_ranks": cores, "note": args.note,
             "environment": next(iter(sweeps.values()))[0].get("env"),
         }
         # Written after every rank count, so a sweep cut short still leaves a table.
-        table = build(sweeps, args.tolerance, metadata, args.stat)
+        table = build(sweeps, args.tolerance, metadata, args.stat, base)
         write(table, args.output)
         print(f"# wrote {args.output} (np {', '.join(map(str, sorted(sweeps)))}): "
               + ", ".join(f"{c} {len(r)} rows" for c, r in table.rows.items()), flush=True)

@@ -64,7 +64,8 @@ def test_tune_builds_ranges_from_measured_winners():
     assert got == [{"ranks": [1, 3], "bytes": [0, 64], "algorithm": rd},
                    {"ranks": [1, 3], "bytes": [65, 4096], "algorithm": ring},
                    {"ranks": [1, 3], "bytes": [4097, None], "algorithm": seg},
-                   {"ranks": [4, None], "bytes": [0, None], "algorithm": rd}]
+                   {"ranks": [4, 4], "bytes": [0, None], "algorithm": rd},
+                   {"ranks": [1, None], "bytes": [0, None], "algorithm": "allreduce_all_to_all"}]
     assert table.metadata["winners"]["allreduce"]["2"][0] == (8, rd)
     # Ranked by the fastest sample instead: binomial's min beats recursive doubling's.
     rows = [{"size": 8, "place": "out", "algorithm": a, "p50(us)": p50, "min(us)": low}
@@ -72,6 +73,12 @@ def test_tune_builds_ranges_from_measured_winners():
     assert tune.winners(rows, 0.03) == [(8, rd)] and tune.winners(rows, 0.03, "min") == [(8, "allreduce_binomial")]
     # Unmeasured collectives get a row for every call.
     assert [r.algorithm for r in table.lookup("gather", 64, 1 << 30)] == ["gather_linear"]
+    # With a base table, its rows follow the measured ones: the choice beyond what was measured.
+    base = tuning.load(tune.BASE)
+    based = tune.build(sweeps, 0.03, {}, base=base)
+    assert [r.as_json() for r in based.rows["allreduce"]] == got[:4] + [r.as_json() for r in base.rows["allreduce"]]
+    assert based.lookup("allreduce", 64, 8)[0].algorithm == base.lookup("allreduce", 64, 8)[0].algorithm
+    assert [r.algorithm for r in based.rows["gather"]] == [r.algorithm for r in base.rows["gather"]]
 
 
 def _allreduce(c, n):
