@@ -32,11 +32,12 @@ if [ ! -x "$PY" ]; then
   exit 2
 fi
 
-# job_dir NAME ID: make and print the per-job folder $RESULTS/NAME-ID (kept across a requeue,
-# which keeps the job's id, so a requeued job finds its checkpoint there).
-job_dir() {
-  local dir="${RESULTS:-$HERE/runs}/$1-$2"
-  mkdir -p "$dir" && echo "$dir"
+# start_job NAME ID: OUT, the per-job folder $RESULTS/NAME-ID, made and announced (kept across a
+# requeue, which keeps the job's id, so a requeued job finds its checkpoint there).
+start_job() {
+  OUT="${RESULTS:-$HERE/runs}/$1-$2"
+  mkdir -p "$OUT" || exit 2
+  echo "job $2 writing to $OUT"
 }
 
 # The time limit's warning signal: checkpoint (training) or stop between tests (benchmark).

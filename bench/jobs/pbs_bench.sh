@@ -15,7 +15,7 @@
 set -u
 HERE=${COLLECTIVES_HOME:-${PBS_O_WORKDIR:-$PWD}}
 source "$HERE/bench/jobs/common.sh"
-OUT=$(job_dir bench "${PBS_JOBID:-local}")
+start_job bench "${PBS_JOBID:-local}"
 deadline=$(( SECONDS + ${SECONDS_LIMIT:-3600} - ${MARGIN:-300} ))
 
 for test in ${TESTS:-allreduce bcast reduce allgather reduce_scatter alltoall gather scatter barrier}; do

@@ -15,8 +15,7 @@
 set -u
 HERE=${COLLECTIVES_HOME:-${PBS_O_WORKDIR:-$PWD}}
 source "$HERE/bench/jobs/common.sh"
-OUT=$(job_dir train "${PBS_JOBID:-local}")
-echo "job ${PBS_JOBID:-local} writing to $OUT"
+start_job train "${PBS_JOBID:-local}"
 
 train_args "$OUT"
 timeout --preserve-status --signal=TERM --kill-after=120 "$(( ${SECONDS_LIMIT:-1800} - ${MARGIN:-60} ))" \

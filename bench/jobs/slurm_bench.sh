@@ -18,7 +18,7 @@
 set -u
 HERE=${COLLECTIVES_HOME:-${SLURM_SUBMIT_DIR:-$PWD}}
 source "$HERE/bench/jobs/common.sh"
-OUT=$(job_dir bench "${SLURM_JOB_ID:-local}")
+start_job bench "${SLURM_JOB_ID:-local}"
 stop=0
 trap 'stop=1; echo "time limit near: no more tests"' TERM
 

@@ -17,8 +17,7 @@
 set -u
 HERE=${COLLECTIVES_HOME:-${SLURM_SUBMIT_DIR:-$PWD}}
 source "$HERE/bench/jobs/common.sh"
-OUT=$(job_dir train "${SLURM_JOB_ID:-local}")
-echo "job ${SLURM_JOB_ID:-local} (restart ${SLURM_RESTART_COUNT:-0}) writing to $OUT"
+start_job train "${SLURM_JOB_ID:-local}"
 
 train_args "$OUT"
 srun "${SRUN_MPI[@]}" --cpu-bind=cores "$PY" -m collectives "${TRAIN_ARGS[@]}"
