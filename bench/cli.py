@@ -5,6 +5,8 @@
     collectives-bench --launches 5 -np 2 allreduce --quick    # median and spread over 5 launches
     collectives-bench --mpich-algorithms -np 2 allreduce       # best of ours against best of MPICH
     collectives-bench plot bench/results/*.json                # PNG per collective and rank count
+    collectives-bench tune --np 2:8                            # the auto decision table (bench/tune.py)
+    collectives-bench model                                    # cost model: fit, compare, project (bench/model.py)
     collectives-bench --summary                                 # combine earlier JSON results
 
 Sizes: ``-m MIN:MAX`` (OSU) or ``-b MIN -e MAX -f FACTOR`` (nccl-tests), units K, M, G (binary).
@@ -14,6 +16,7 @@ OSU's: 1000 after 200 warm-up below 8 KiB and 100 after 10 from 8 KiB for collec
 bibw.  ``--budget`` seconds per size may end the timed loop earlier; the rows say how many ran.
 """
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -131,6 +134,9 @@ def main(argv=None):
     if argv[:1] == ["plot"]:
         from bench.plot import main as plot
         return plot(argv[1:])
+    if argv[:1] in (["tune"], ["model"]):
+        module = importlib.import_module(f"bench.{argv[0]}")
+        return module.main(argv[1:])
     ap = parser()
     args = ap.parse_args(argv)
     args.tests = tests_of(args.tests_opt or args.tests, ap)

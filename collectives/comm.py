@@ -45,7 +45,7 @@ from mpi4py import MPI
 
 from . import jobs, node, transport, watchdog
 from .derived import derived
-from .executor import NATIVE, TAG, plan_fast, run, start
+from .executor import EXPLAIN, NATIVE, TAG, explain, plan_fast, run, start
 from .ops import OP_NAMES
 from .registry import ALGORITHMS, resolve_name
 
@@ -106,9 +106,10 @@ class Comm:
         self._nodes = None  # collectives.node.Nodes, built by the first node-aware all-reduce
         # Set to the first failure's description when a schedule fails mid-way.
         self._broken = None
-        # The fast path reads and sets _broken, _progress, check and last_algorithm here.
+        # The fast path reads and sets _broken, _progress, check and last_algorithm here; it
+        # caches choices per call shape, so COLLECTIVES_EXPLAIN (a line per call) goes without.
         self._fast = (Fast(self._coll, self, functools.partial(plan_fast, self),
-                           [TAG[c] for c in ALGORITHMS], list(ALGORITHMS)) if NATIVE else None)
+                           [TAG[c] for c in ALGORITHMS], list(ALGORITHMS)) if NATIVE and not EXPLAIN else None)
         if self.timeout:
             if self._fast is not None:
                 self._fast.watch(self.timeout)
@@ -147,6 +148,8 @@ class Comm:
             self._nodes.free()
         if self._owned and self.comm != MPI.COMM_NULL:
             self.comm.Free()
+
+    explain = explain
 
     def Get_rank(self):
         """Rank of this process."""

@@ -7,9 +7,14 @@ Request.  ``execute`` runs a planned schedule in the Cython executor (``_engine.
 without the GIL) or, under COLLECTIVES_PUREPYTHON=1 or without the extension, in
 ``schedule.run_python``; a native failure marks the Comm unusable.  ``plan_fast`` is what
 the fast path (``_engine.Fast``) calls to plan a call shape it has not cached.
-``native_job`` delegates a call no algorithm covers to mpi4py's method on the private
-communicator, where it keeps its place in the order of the Comm's collectives.
+``choose`` records the choice in ``last_algorithm`` (``explain`` gives the reason, and
+COLLECTIVES_EXPLAIN=1 prints it per call).  ``native_job`` delegates a call no algorithm
+covers to mpi4py's method on the private communicator, where it keeps its place in the
+order of the Comm's collectives.
 """
+import os
+import sys
+
 import numpy as np
 from mpi4py import MPI
 
@@ -17,7 +22,7 @@ from . import kernels
 from .agreement import agree
 from .nonblocking import Progress, completed
 from .ops import DTYPES, OP_NAMES, dtype_code, supports
-from .registry import ALGORITHMS, env_choice, log, names, plan, resolve_name, select
+from .registry import ALGORITHMS, decide_for, log, names, plan
 from .schedule import run_python
 from .watchdog import StallError, call_number, stalled
 
@@ -31,6 +36,8 @@ NATIVE = _native_execute is not None and not kernels.PUREPYTHON
 # One tag per collective on the private communicator.
 TAG = {name: 100 + i for i, name in enumerate(ALGORITHMS)}
 BYTE = dtype_code(np.uint8)
+# COLLECTIVES_EXPLAIN=1: one line per call on stderr saying why its algorithm runs.
+EXPLAIN = os.environ.get("COLLECTIVES_EXPLAIN", "") not in ("", "0")
 
 
 def as_bytes(arr):
@@ -40,12 +47,29 @@ def as_bytes(arr):
 
 def choose(comm, collective, algorithm, count, nbytes, uniform=True):
     """The Algorithm for this call: per call, then per Comm, then environment, then ``auto``."""
-    requested = resolve_name(collective, algorithm)
-    if requested == "auto":
-        requested = comm.algorithms.get(collective) or env_choice(collective)
-    algo = select(collective, requested, comm.size, count, nbytes, uniform)
+    algo, reason = decide_for(collective, algorithm, comm.algorithms.get(collective), comm.size, count,
+                              nbytes, uniform)
     comm.last_algorithm = algo.name
+    if EXPLAIN:
+        explain_line(comm, collective, f"{nbytes} B -> {algo.name}: {reason}")
     return algo
+
+
+def explain_line(comm, collective, text):
+    """Print COLLECTIVES_EXPLAIN's line for one call."""
+    print(f"[collectives explain] rank {comm.rank}/{comm.size} {collective} {text}",
+          file=sys.stderr, flush=True)
+
+
+def explain(comm, collective, count=0, dtype="float32", algorithm=None):
+    """Why ``collective`` over ``count`` elements of ``dtype`` on ``comm`` would run the algorithm
+    it would, as "<algorithm>: <reason>" (the request, table row, restriction or fallback)."""
+    if collective not in ALGORITHMS:
+        raise ValueError(f"unknown collective {collective!r}; one of {', '.join(ALGORITHMS)}")
+    nbytes = count * np.dtype(dtype).itemsize
+    algo, reason = decide_for(collective, algorithm, comm.algorithms.get(collective), comm.size,
+                              nbytes if collective == "bcast" else count, nbytes)
+    return f"{algo.name}: {reason}"
 
 
 def buffer(comm, purpose, nbytes):
@@ -99,6 +123,8 @@ def native_job(comm, collective, why, method, *args):
     """A job running mpi4py's ``method(*args)`` on the private communicator."""
     log.info("%s: %s; native MPI call", method, why)
     comm.last_algorithm = "native"
+    if EXPLAIN:
+        explain_line(comm, collective, f"-> native: {why}; delegated to MPI's {method}")
     call = getattr(comm._coll, method)
 
     def job():
@@ -146,5 +172,5 @@ def start(comm, job):
     return comm._progress.submit(job)
 
 
-__all__ = ["BYTE", "NATIVE", "TAG", "as_bytes", "buffer", "choose", "execute", "execute_steps", "native_job",
-           "plan_fast", "run", "start"]
+__all__ = ["BYTE", "EXPLAIN", "NATIVE", "TAG", "as_bytes", "buffer", "choose", "execute", "execute_steps",
+           "explain", "native_job", "plan_fast", "run", "start"]

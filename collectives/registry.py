@@ -3,9 +3,14 @@
 Selection is data kept out of the algorithm modules (MPICH's coll selection, in small):
 
 * ``ALGORITHMS`` lists, per collective, every algorithm with its restriction, if any;
-* ``AUTO`` is the default policy: the first row whose size and process-count bounds match;
+* ``auto`` is a measured decision table (``collectives.tuning``: rank range x message-size
+  range -> algorithm, shipped in collectives/data/tuning.json, COLLECTIVES_TUNING=file for
+  another); the first row that covers the call and whose algorithm applies wins;
 * ``COLLECTIVES_<COLLECTIVE>=<name>`` in the environment forces one (``COLLECTIVES_ALLREDUCE=ring``);
 * a forced algorithm whose restriction fails falls back to ``auto``, logging the reason.
+
+``decide`` returns the choice with the reason (which request, table row, restriction or
+fallback chose it): ``Comm.explain`` shows it, COLLECTIVES_EXPLAIN=1 prints it per call.
 
 Names are the module names, ``<collective>_<algorithm>``; users may drop the prefix.
 """
@@ -14,6 +19,7 @@ import importlib
 import logging
 import os
 
+from . import tuning
 from .cache import ByteLRU
 
 log = logging.getLogger("collectives")
@@ -109,32 +115,6 @@ NODE_ALGORITHMS = {
 
 _BY_NAME = {a.name: a for table in (ALGORITHMS, NODE_ALGORITHMS) for rows in table.values() for a in rows}
 
-# auto: per collective, rows of (largest message in bytes, largest communicator, algorithm),
-# first match wins.  Measured on the 2-core machine by bench/; see README "Benchmarks".
-AUTO = {
-    "allreduce": [
-        (16 << 10, None, "allreduce_recursive_doubling"),
-        (None, None, "allreduce_ring"),
-    ],
-    "bcast": [
-        (64 << 10, None, "bcast_binomial"),
-        (None, None, "bcast_scatter_allgather"),
-    ],
-    "reduce": [(None, None, "reduce_binomial")],
-    "allgather": [
-        (16 << 10, None, "allgather_recursive_doubling"),
-        (None, None, "allgather_ring"),
-    ],
-    "reduce_scatter": [
-        (16 << 10, None, "reduce_scatter_recursive_halving"),
-        (None, None, "reduce_scatter_ring"),
-    ],
-    "gather": [(None, None, "gather_binomial")],
-    "scatter": [(None, None, "scatter_binomial")],
-    "barrier": [(None, None, "barrier_dissemination")],
-}
-
-
 # auto across nodes: (largest message in bytes, algorithm) rows, first match that applies wins.
 NODE_AUTO = {
     "allreduce": [
@@ -191,22 +171,49 @@ def env_choice(collective):
     return resolve_name(collective, os.environ.get(f"COLLECTIVES_{collective.upper()}", "auto"))
 
 
-def select(collective, requested, size, count, nbytes, uniform=True):
-    """The Algorithm to run: ``requested`` when it applies, else the ``auto`` choice."""
+def decide(collective, requested, size, count, nbytes, uniform=True, source="requested"):
+    """(Algorithm, reason): ``requested`` when it applies, else the ``auto`` table's choice.
+
+    ``source`` says where a named request came from (per call, per Comm, environment); the
+    reason names it, or the table row, restriction or fallback that chose.
+    """
     name = resolve_name(collective, requested)
+    fell_back = ""
     if name != "auto":
         algo = _BY_NAME[name]
         reason = ("needs more than one node with several ranks on some node" if algo.node_aware
                   else algo.applies(size, count, uniform))
         if reason is None:
-            return algo
+            return algo, f"{name} ({source})"
         log.info("collectives: %s does not apply (%s); falling back to auto", name, reason)
-    for max_bytes, max_size, auto_name in AUTO[collective]:
-        if (max_bytes is None or nbytes <= max_bytes) and (max_size is None or size <= max_size):
-            algo = _BY_NAME[auto_name]
-            if algo.applies(size, count, uniform) is None:
-                return algo
-    return next(a for a in ALGORITHMS[collective] if a.applies(size, count, uniform) is None)
+        fell_back = f"{name} ({source}) does not apply: {reason}; "
+    table = tuning.active()
+    skipped = []
+    for row in table.lookup(collective, size, nbytes):
+        algo = _BY_NAME[row.algorithm]
+        why = algo.applies(size, count, uniform)
+        if why is None:
+            return algo, (f"{fell_back}auto: {collective} {row.describe()} of {table.path}"
+                          + "".join(f"; skipped {s}" for s in skipped))
+        skipped.append(f"{row.describe()} ({row.algorithm}: {why})")
+    algo = next(a for a in ALGORITHMS[collective] if a.applies(size, count, uniform) is None)
+    return algo, (f"{fell_back}auto: no usable {collective} row of {table.path} for {size} ranks and "
+                  f"{nbytes} bytes{''.join(f'; skipped {s}' for s in skipped)}; first applicable algorithm")
+
+
+def decide_for(collective, per_call, per_comm, size, count, nbytes, uniform=True):
+    """(Algorithm, reason) for a call: its ``algorithm=``, else the Comm's, else
+    COLLECTIVES_<COLLECTIVE>, else ``auto``."""
+    for name, source in ((per_call, "per call"), (per_comm, "per Comm"),
+                         (os.environ.get(f"COLLECTIVES_{collective.upper()}"), f"COLLECTIVES_{collective.upper()}")):
+        if resolve_name(collective, name) != "auto":
+            return decide(collective, name, size, count, nbytes, uniform, source)
+    return decide(collective, "auto", size, count, nbytes, uniform)
+
+
+def select(collective, requested, size, count, nbytes, uniform=True):
+    """The Algorithm to run: ``requested`` when it applies, else the ``auto`` choice."""
+    return decide(collective, requested, size, count, nbytes, uniform)[0]
 
 
 # Bytes an entry holds besides its steps: two array headers (the steps are a reshaped view),
