@@ -321,3 +321,31 @@ def test_functional_family_takes_the_fast_path(comm, mpi_comm):
         else:
             np.testing.assert_array_equal(got, want, err_msg=name)
     assert ran_fast(comm, lambda: collectives.barrier(comm))
+
+
+def test_gatherv_ranks_on_different_paths_still_agree(comm, mpi_comm):
+    """The root on the general path (a type character, not an MPI.Datatype), the others on the
+    fast path: they meet in one agreement, where the others' unknown counts are neutral."""
+    p, r, root = comm.size, comm.rank, 0
+    counts, displs, total = uneven(p)
+    own = np.arange(counts[r], dtype=np.int32) + 100 * r
+    got, want = np.full(total, -1, np.int32), np.full(total, -1, np.int32)
+    spec = [got, (counts, displs), "i"] if r == root else None
+    assert ran_fast(comm, lambda: comm.Gatherv(own, spec, root=root)) == (r != root)
+    mpi_comm.Gatherv(own, [want, (counts, displs), MPI.INT] if r == root else None, root=root)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_vector_count_mismatch_raises_everywhere(comm):
+    """A rank sending another count than the root expects of it: the same error on every rank."""
+    p, r = comm.size, comm.rank
+    if p < 2:
+        pytest.skip("a mismatch across ranks needs two ranks")
+    counts = [2] * p
+    own = np.zeros(3 if r == 1 else 2, np.int32)
+    recv = [np.zeros(2 * p, np.int32), counts, MPI.INT] if r == 0 else None
+    with pytest.raises(ValueError, match="count1 ranges 2..3"):
+        comm.Gatherv(own, recv, root=0)
+    with pytest.raises(ValueError, match="count1 ranges 2..3"):
+        comm.Allgatherv(own, [np.zeros(2 * p + 1, np.int32), [3 if i == 1 else 2 for i in range(p)]
+                              if r == 1 else counts, MPI.INT])
