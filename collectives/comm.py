@@ -156,10 +156,18 @@ class Comm:
 
     def _start(self, method, builder, args, extra=()):
         """Queue a nonblocking call: ``Fast.<method>(*args)`` on the progress thread, else the
-        job ``builder(self, *args, *extra)``; returns its Request."""
-        if self._fast is None:
+        job ``builder(self, *args, *extra)`` (built here when ``method`` is None); its Request."""
+        if self._fast is None or method is None:
             return start(self, builder(self, *args, *extra))
         return start(self, Queued(self._fast, method, args, builder, extra))
+
+    def _general(self, method, builder, args, extra=()):
+        """Run a blocking call the fast path declined: behind pending nonblocking calls, where
+        ``Fast.<method>`` gets its turn (declining only because it had to wait), else now."""
+        if method is not None and self._progress is not None and self._progress.busy():
+            self._start(method, builder, args, extra).wait()
+        else:
+            run(self, builder(self, *args, *extra))
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op`` into ``recvbuf`` of every rank."""
@@ -167,7 +175,7 @@ class Comm:
             return
         if self._fast is not None and self._fast.allreduce(sendbuf, recvbuf, op, algorithm):
             return
-        run(self, jobs.allreduce(self, sendbuf, recvbuf, op, algorithm))
+        self._general("allreduce", jobs.allreduce, (sendbuf, recvbuf, op, algorithm))
 
     def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
         """Nonblocking Allreduce; returns a Request."""
@@ -177,7 +185,7 @@ class Comm:
         """Broadcast ``buf`` of rank ``root`` into ``buf`` of every rank."""
         if self._fast is not None and self._fast.bcast(buf, root, algorithm):
             return
-        run(self, jobs.bcast(self, buf, root, algorithm))
+        self._general("bcast", jobs.bcast, (buf, root, algorithm))
 
     def Ibcast(self, buf, root=0, algorithm=None):
         """Nonblocking Bcast; returns a Request."""
@@ -187,7 +195,7 @@ class Comm:
         """Combine ``sendbuf`` of every rank with ``op`` into ``recvbuf`` of rank ``root``."""
         if self._fast is not None and self._fast.reduce(sendbuf, recvbuf, op, root, algorithm):
             return
-        run(self, jobs.reduce(self, sendbuf, recvbuf, op, root, algorithm))
+        self._general("reduce", jobs.reduce, (sendbuf, recvbuf, op, root, algorithm))
 
     def Ireduce(self, sendbuf, recvbuf, op=MPI.SUM, root=0, algorithm=None):
         """Nonblocking Reduce; returns a Request."""
@@ -197,7 +205,7 @@ class Comm:
         """Gather ``sendbuf`` of every rank, in rank order, into ``recvbuf`` of every rank."""
         if self._fast is not None and self._fast.allgather(sendbuf, recvbuf, algorithm):
             return
-        run(self, jobs.allgather(self, sendbuf, recvbuf, algorithm, vector=False))
+        self._general("allgather", jobs.allgather, (sendbuf, recvbuf, algorithm), (False,))
 
     def Iallgather(self, sendbuf, recvbuf, algorithm=None):
         """Nonblocking Allgather; returns a Request."""
@@ -207,7 +215,7 @@ class Comm:
         """Allgather with per-rank counts: ``recvbuf`` is [buf, (counts, displs), datatype]."""
         if self._fast is not None and self._fast.allgatherv(sendbuf, recvbuf, algorithm):
             return
-        run(self, jobs.allgather(self, sendbuf, recvbuf, algorithm, vector=True))
+        self._general("allgatherv", jobs.allgather, (sendbuf, recvbuf, algorithm), (True,))
 
     def Iallgatherv(self, sendbuf, recvbuf, algorithm=None):
         """Nonblocking Allgatherv; returns a Request."""
@@ -217,14 +225,18 @@ class Comm:
         """Combine ``sendbuf`` of every rank with ``op``; rank i receives block i."""
         if self._fast is not None and self._fast.reduce_scatter(sendbuf, recvbuf, None, op, algorithm):
             return
-        run(self, jobs.reduce_scatter(self, sendbuf, recvbuf, None, op, algorithm, "Reduce_scatter_block"))
+        self._general("reduce_scatter", jobs.reduce_scatter, (sendbuf, recvbuf, None, op, algorithm),
+                      ("Reduce_scatter_block",))
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op``; rank i receives ``recvcounts[i]`` elements."""
         if (self._fast is not None and recvcounts is not None
                 and self._fast.reduce_scatter(sendbuf, recvbuf, recvcounts, op, algorithm)):
             return
-        run(self, jobs.reduce_scatter(self, sendbuf, recvbuf, recvcounts, op, algorithm, "Reduce_scatter"))
+        # Without counts the job gathers them first, a collective that queues behind pending
+        # ones: it cannot run on the progress thread itself, so its job is built here.
+        self._general(None if recvcounts is None else "reduce_scatter", jobs.reduce_scatter,
+                      (sendbuf, recvbuf, recvcounts, op, algorithm), ("Reduce_scatter",))
 
     def Ireduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
         """Nonblocking Reduce_scatter_block; returns a Request."""
@@ -233,42 +245,39 @@ class Comm:
 
     def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM, algorithm=None):
         """Nonblocking Reduce_scatter; returns a Request."""
-        args = (sendbuf, recvbuf, recvcounts, op, algorithm)
-        if recvcounts is None:
-            # Without counts the job gathers them first, a collective it queues behind the
-            # pending ones: it must be built here, not on the progress thread itself.
-            return start(self, jobs.reduce_scatter(self, *args, "Reduce_scatter"))
-        return self._start("reduce_scatter", jobs.reduce_scatter, args, ("Reduce_scatter",))
+        # Without counts the job is built here, as for Reduce_scatter.
+        return self._start(None if recvcounts is None else "reduce_scatter", jobs.reduce_scatter,
+                           (sendbuf, recvbuf, recvcounts, op, algorithm), ("Reduce_scatter",))
 
     def Gather(self, sendbuf, recvbuf, root=0, algorithm=None):
         """Gather ``sendbuf`` of every rank, in rank order, into ``recvbuf`` of rank ``root``."""
         if self._fast is not None and self._fast.gather(sendbuf, recvbuf, root, algorithm):
             return
-        run(self, jobs.gather(self, sendbuf, recvbuf, root, algorithm, vector=False))
+        self._general("gather", jobs.gather, (sendbuf, recvbuf, root, algorithm), (False,))
 
     def Gatherv(self, sendbuf, recvbuf, root=0, algorithm=None):
         """Gather with per-rank counts given at the root: [buf, (counts, displs), datatype]."""
         if self._fast is not None and self._fast.gatherv(sendbuf, recvbuf, root, algorithm):
             return
-        run(self, jobs.gather(self, sendbuf, recvbuf, root, algorithm, vector=True))
+        self._general("gatherv", jobs.gather, (sendbuf, recvbuf, root, algorithm), (True,))
 
     def Scatter(self, sendbuf, recvbuf, root=0, algorithm=None):
         """Scatter block i of ``sendbuf`` at rank ``root`` to ``recvbuf`` of rank i."""
         if self._fast is not None and self._fast.scatter(sendbuf, recvbuf, root, algorithm):
             return
-        run(self, jobs.scatter(self, sendbuf, recvbuf, root, algorithm, vector=False))
+        self._general("scatter", jobs.scatter, (sendbuf, recvbuf, root, algorithm), (False,))
 
     def Scatterv(self, sendbuf, recvbuf, root=0, algorithm=None):
         """Scatter with per-rank counts given at the root: [buf, (counts, displs), datatype]."""
         if self._fast is not None and self._fast.scatterv(sendbuf, recvbuf, root, algorithm):
             return
-        run(self, jobs.scatter(self, sendbuf, recvbuf, root, algorithm, vector=True))
+        self._general("scatterv", jobs.scatter, (sendbuf, recvbuf, root, algorithm), (True,))
 
     def Barrier(self, algorithm=None):
         """Block until every rank has entered the barrier."""
         if self._fast is not None and self._fast.barrier(algorithm):
             return
-        run(self, jobs.barrier(self, algorithm))
+        self._general("barrier", jobs.barrier, (algorithm,))
 
     def Ibarrier(self, algorithm=None):
         """Nonblocking Barrier; returns a Request."""
