@@ -5,6 +5,7 @@ The whole schedule runs inside one ``nogil`` block, so a collective costs one Py
 however many steps it has, and other Python threads (the progress thread of the
 nonblocking forms, the caller's computation) run meanwhile.
 """
+from cpython.pythread cimport PyThread_get_thread_ident
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_ANY_CONTIGUOUS,
                              PyBUF_C_CONTIGUOUS, PyBUF_FORMAT, PyBUF_WRITABLE)
 from libc.limits cimport INT_MAX
@@ -343,6 +344,7 @@ DEF MAX_NPY = 64
 DEF ACC_BUF = 0
 DEF TMP_BUF = 1
 DEF IN_BUF = 2
+DEF UNKNOWN = -(1 << 62)  # a field this rank cannot know (agreement.agree's None)
 
 cdef int _npy_code[MAX_NPY]          # NumPy type number -> kernel dtype code, -1: none
 cdef int _npy_num[16]                # kernel dtype code -> canonical NumPy type number
@@ -357,6 +359,8 @@ for _i in range(NCOLL):
     _ENV_NAMES[_i] = <const char *>_ENV_BYTES[_i]
 cdef object _OPS = (pyMPI.SUM, pyMPI.PROD, pyMPI.MIN, pyMPI.MAX, pyMPI.LAND, pyMPI.LOR,
                     pyMPI.LXOR, pyMPI.BAND, pyMPI.BOR, pyMPI.BXOR)
+cdef dict _OP_NAMES = {"sum": 0, "prod": 1, "min": 2, "max": 3, "land": 4, "lor": 5, "lxor": 6,
+                       "band": 7, "bor": 8, "bxor": 9}  # collectives.ops.OP_NAMES, as codes
 
 
 def _tables():
@@ -521,12 +525,79 @@ cdef inline bint overlap(const Arg *a, const Arg *b) noexcept:
     return a.ptr != b.ptr and shares(a, b)
 
 
-cdef inline int op_code(object op) noexcept:
+cdef inline int op_code(object op) except -2:
     cdef int i
     for i in range(10):
         if op is _OPS[i]:
             return i
+    if type(op) is str:
+        return _OP_NAMES.get(op.lower(), -1)
     return -1
+
+
+cdef bint ints(object seq, Py_ssize_t p, Py_ssize_t *out) except -1:
+    """``p`` Python ints from a list, tuple or integer array into ``out``; 0 if it is none."""
+    cdef Py_ssize_t i
+    if type(seq) is np.ndarray and seq.dtype.kind in "iu":
+        seq = seq.tolist()
+    if (type(seq) is not list and type(seq) is not tuple) or len(seq) != p:
+        return 0
+    for i in range(p):
+        if type(seq[i]) is not int:
+            return 0
+        out[i] = seq[i]
+    return 1
+
+
+cdef int vector_spec(object spec, bint writable, Py_ssize_t p, Py_ssize_t *counts,
+                     Py_ssize_t *displs, Arg *out, Py_buffer *view, int *nheld) except -1:
+    """A v-variant's ``[buf, (counts, displs), datatype]`` (or ``[buf, counts, datatype]``,
+    ``[buf, counts, displs, datatype]``; no displacements: blocks in rank order) as the whole
+    buffer in ``out`` and ``p`` counts and displacements in elements; 0 for the general path,
+    which then says what is wrong with it."""
+    cdef object cnt, dis = None
+    cdef Py_ssize_t i, at = 0
+    if (type(spec) is not list and type(spec) is not tuple) or not 3 <= len(spec) <= 4:
+        return 0
+    cnt = spec[1]
+    if len(spec) == 4:
+        dis = spec[2]
+    elif type(cnt) is tuple and len(cnt) == 2 and type(cnt[0]) is not int:
+        cnt, dis = cnt
+    if not ints(cnt, p, counts):
+        return 0
+    if dis is None:
+        for i in range(p):
+            displs[i] = at
+            at += counts[i]
+    elif not ints(dis, p, displs):
+        return 0
+    if not resolve((spec[0], spec[len(spec) - 1]), writable, 1, False, out, view, nheld):
+        return 0
+    for i in range(p):
+        if counts[i] < 0 or displs[i] < 0 or displs[i] + counts[i] > out.count:
+            return 0
+    return 1
+
+
+cdef bint packed_offsets(Py_ssize_t p, const Py_ssize_t *counts, const Py_ssize_t *displs,
+                         Py_ssize_t *at) noexcept:
+    """The offsets of the blocks in rank order from 0 into ``at``; whether ``displs`` are those."""
+    cdef Py_ssize_t i, total = 0
+    cdef bint same = True
+    for i in range(p):
+        at[i] = total
+        same = same and displs[i] == total
+        total += counts[i]
+    return same
+
+
+cdef void move_blocks(char *dst, const Py_ssize_t *dst_at, const char *src, const Py_ssize_t *src_at,
+                      const Py_ssize_t *counts, Py_ssize_t p, Py_ssize_t size) noexcept:
+    """Copy each block i, ``counts[i]`` elements of ``size`` bytes, from ``src_at[i]`` to ``dst_at[i]``."""
+    cdef Py_ssize_t i
+    for i in range(p):
+        memcpy(dst + dst_at[i] * size, src + src_at[i] * size, counts[i] * size)
 
 
 cdef inline void release(Py_buffer *views, int n) noexcept:
@@ -568,6 +639,7 @@ cdef class Fast:
     cdef public Py_ssize_t calls
     cdef double limit        # the watchdog's seconds (0: off), set by ``watch``
     cdef _Plan agree_plan    # the argument check's exchange under the watchdog
+    cdef unsigned long queue_thread  # the thread running a queued nonblocking call, or 0
 
     def __init__(self, MPI.Comm comm, owner, make_plan, tags, names):
         from collectives.cache import ByteLRU
@@ -585,7 +657,8 @@ cdef class Fast:
         self.width = 4 + self.size
         self.nvec = 5 + 2 * self.width
         self.vec = <int64_t *>malloc(self.nvec * sizeof(int64_t))
-        self.counts = <Py_ssize_t *>malloc(self.size * sizeof(Py_ssize_t))
+        # Per-rank counts, then displacements and packed offsets of the v-variants.
+        self.counts = <Py_ssize_t *>malloc(3 * self.size * sizeof(Py_ssize_t))
         if self.vec == NULL or self.counts == NULL:
             raise MemoryError()
         self.tmp = np.zeros(64, np.uint8)
@@ -620,7 +693,9 @@ cdef class Fast:
         if broken is not None:
             raise RuntimeError(f"collectives.Comm is unusable: {broken}")
         progress = self.owner._progress
-        return progress is None or not progress.busy()
+        # The progress thread runs the queued call at the head of the queue: its turn.
+        return (progress is None or not progress.busy()
+                or (self.queue_thread != 0 and PyThread_get_thread_ident() == self.queue_thread))
 
     cdef char *scratch(self, bint aux, Py_ssize_t nbytes) except NULL:
         cdef cnp.ndarray buf = self.aux if aux else self.tmp
@@ -680,7 +755,7 @@ cdef class Fast:
         for i in range(w):
             if i >= nfields:
                 v[3 + i] = 0
-            v[5 + w + i] = -v[3 + i]
+            v[5 + w + i] = UNKNOWN if v[3 + i] == UNKNOWN else -v[3 + i]
         v[3 + w] = -coll
         v[4 + w] = -pl.algo
         if self.agree_plan is not None:
@@ -1015,3 +1090,149 @@ cdef class Fast:
             self.launch(BARRIER, pl, NULL, NULL, BYTE_CODE, 0)
         self.done(pl)
         return True
+
+    # ---- the v-variants: per-rank counts and displacements ----------------------------------
+
+    cdef tuple byte_counts(self, Py_ssize_t size):
+        """``counts`` in bytes of ``size``-byte elements, -1 where a rank does not know one."""
+        return tuple([c * size if c >= 0 else -1 for c in self.counts[:self.size]])
+
+    def allgatherv(self, sendbuf, recvbuf, algorithm):
+        """Allgatherv; False to leave the call to the general path."""
+        cdef Arg send, recv
+        cdef Py_buffer views[2]
+        cdef int nheld = 0
+        cdef bint packed, in_place = sendbuf is None or sendbuf is pyMPI.IN_PLACE
+        cdef Py_ssize_t p = self.size, r = self.rank, total
+        cdef Py_ssize_t *cnt = self.counts
+        cdef Py_ssize_t *dis = cnt + p
+        cdef Py_ssize_t *at = cnt + 2 * p
+        cdef char *acc
+        cdef _Plan pl
+        if not self.ready():
+            return False
+        try:
+            if not vector_spec(recvbuf, True, p, cnt, dis, &recv, &views[0], &nheld):
+                return False
+            if in_place:
+                send = recv
+                send.ptr = recv.ptr + dis[r] * recv.size
+            elif (not resolve(sendbuf, False, 1, True, &send, &views[nheld], &nheld)
+                  or send.dtype != recv.dtype or send.count != cnt[r] or shares(&send, &recv)):
+                return False
+            packed = packed_offsets(p, cnt, dis, at)
+            total = at[p - 1] + cnt[p - 1]
+            bcounts = self.byte_counts(recv.size)
+            pl = self.plan(ALLGATHER, algorithm, (ALLGATHER, algorithm, bcounts), total,
+                           total * recv.size, len(set(bcounts)) == 1, (bcounts,))
+            if pl is None:
+                return False
+            self.agree(ALLGATHER, pl, self.block_fields(_npy_num[recv.dtype], recv.size, 0, cnt),
+                       ("dtype", "itemsize"), True)
+            # The schedule wants the blocks in rank order from 0: other layouts go via scratch.
+            acc = recv.ptr if packed else self.scratch(True, total * recv.size)
+            if send.ptr != acc + at[r] * recv.size:
+                memcpy(acc + at[r] * recv.size, send.ptr, cnt[r] * recv.size)
+            if total and p > 1:
+                self.launch(ALLGATHER, pl, acc, NULL, BYTE_CODE, 0)
+            if not packed:
+                move_blocks(recv.ptr, dis, acc, at, cnt, p, recv.size)
+            self.done(pl)
+            return True
+        finally:
+            release(views, nheld)
+
+    cdef object rooted_vector(self, int coll, object whole_spec, object own_spec, object root,
+                              object algorithm):
+        """Gatherv and Scatterv, as ``rooted`` with the root's buffer a v-variant spec.  Away
+        from the root a rank knows only its own count: the others are UNKNOWN to the agreement."""
+        cdef Arg whole, own
+        cdef Py_buffer views[2]
+        cdef int nheld = 0, nfields
+        cdef bint packed = True, is_root, gather = coll == GATHER
+        cdef bint in_place = own_spec is None or own_spec is pyMPI.IN_PLACE
+        cdef Py_ssize_t i, p = self.size, r = self.rank, size
+        cdef Py_ssize_t *cnt = self.counts
+        cdef Py_ssize_t *dis = cnt + p
+        cdef Py_ssize_t *at = cnt + 2 * p
+        cdef char *staged = NULL
+        cdef int64_t *fields
+        cdef _Plan pl
+        if type(root) is not int or not 0 <= root < p or not self.ready():
+            return False
+        is_root = root == r
+        if in_place and not is_root:
+            return False
+        try:
+            if is_root:
+                if not vector_spec(whole_spec, gather, p, cnt, dis, &whole, &views[0], &nheld):
+                    return False
+                packed = packed_offsets(p, cnt, dis, at)
+                staged = (whole.ptr if packed
+                          else self.scratch(True, (at[p - 1] + cnt[p - 1]) * whole.size))
+                if in_place:
+                    # Gather sends the own block from where it lies; Scatter's stays there.
+                    own = whole
+                    own.count = cnt[r]
+                    own.ptr = (whole.ptr + dis[r] * whole.size if gather
+                               else staged + at[r] * whole.size)
+                elif (not resolve(own_spec, not gather, 1, True, &own, &views[nheld], &nheld)
+                      or own.dtype != whole.dtype or own.count != cnt[r] or shares(&own, &whole)):
+                    return False
+            else:
+                if not resolve(own_spec, not gather, 1, True, &own, &views[0], &nheld):
+                    return False
+                for i in range(p):
+                    cnt[i] = own.count if i == r else -1
+            size = own.size
+            bcounts = self.byte_counts(size)
+            pl = self.plan(coll, algorithm, (coll, algorithm, bcounts, root), cnt[r] * p,
+                           cnt[r] * size * p, False, (bcounts, root))
+            if pl is None:
+                return False
+            nfields = self.block_fields(<int>root, size, 0, cnt)
+            fields = self.fields()
+            for i in range(p):
+                if cnt[i] < 0:
+                    fields[2 + i] = UNKNOWN
+            self.agree(coll, pl, nfields, ("root", "itemsize"), True)
+            if gather:
+                self.launch(coll, pl, staged, own.ptr, BYTE_CODE, 0)
+                if not packed:
+                    move_blocks(whole.ptr, dis, staged, at, cnt, p, size)
+            else:
+                if not packed:
+                    move_blocks(staged, at, whole.ptr, dis, cnt, p, size)
+                self.launch(coll, pl, own.ptr, staged, BYTE_CODE, 0)
+            self.done(pl)
+            return True
+        finally:
+            release(views, nheld)
+
+    def gatherv(self, sendbuf, recvbuf, root, algorithm):
+        """Gatherv; False to leave the call to the general path."""
+        return self.rooted_vector(GATHER, recvbuf, sendbuf, root, algorithm)
+
+    def scatterv(self, sendbuf, recvbuf, root, algorithm):
+        """Scatterv; False to leave the call to the general path."""
+        return self.rooted_vector(SCATTER, sendbuf, recvbuf, root, algorithm)
+
+
+cdef class Queued:
+    """A nonblocking call as the job the progress thread runs: the fast path's method runs it
+    there with the call's cached plan (no job built), else the general path's job does."""
+    cdef Fast fast
+    cdef object method, args, builder, extra
+
+    def __init__(self, Fast fast, method, tuple args, builder, tuple extra=()):
+        """``getattr(fast, method)(*args)``, else ``builder(owner, *args, *extra)()``."""
+        self.fast, self.method, self.args, self.builder, self.extra = fast, method, args, builder, extra
+
+    def __call__(self):
+        """Run the call; the progress thread calls it when the call's turn comes."""
+        self.fast.queue_thread = PyThread_get_thread_ident()
+        try:
+            if not getattr(self.fast, self.method)(*self.args):
+                self.builder(self.fast.owner, *self.args, *self.extra)()
+        finally:
+            self.fast.queue_thread = 0
