@@ -196,6 +196,7 @@ def test_state_another_optimizer_keeps_is_a_data_error():
     with pytest.raises(DataError, match=r"^c\.npz holds w of shape \(2, 4\), this job's is \(5,\)$"):
         checkpoint.check_state("c.npz", {"w": np.zeros((2, 4))}, {"w": (5,)})
     checkpoint.check_state("c.npz", {"w": np.zeros((2, 5)), "t": 1}, {"w": (5,), "t": ()})
+    checkpoint.check_state("c.npz", {"S": np.zeros((10, 5))}, {"S": (0,)})  # L-BFGS history: any length
 
 
 @pytest.mark.parametrize("compress", ["topk", "sign"])
