@@ -80,6 +80,8 @@ def test_truncating_receive_raises(raw):
     from collectives._engine import execute
 
     p, r = raw.size, raw.rank
+    if p == 1 and MPI.Get_library_version().startswith("Open MPI"):
+        pytest.skip("Open MPI does not report the truncation of a message a rank sends to itself")
     s = Schedule(r, p)
     s.sendrecv((r + 1) % p, (ACC, 0, 4), (r - 1) % p, (ACC, 4, 2))
     acc = np.arange(8, dtype=np.int64)
