@@ -14,6 +14,7 @@ import pytest
 from bench import cli
 from collectives import _runtime
 from collectives.train import job
+from tests.launch import own_jobs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JOBS = os.path.join(ROOT, "bench", "jobs")
@@ -108,6 +109,7 @@ def test_runtime_defaults():
     assert "MPIR_CVAR_DEVICE_COLLECTIVES" not in _runtime.defaults({}, cores=2)
 
 
+@own_jobs  # the child starts MPI: under Open MPI, a singleton beside a running job breaks the job
 def test_python_dash_m_collectives_applies_them(tmp_path):
     # What ``python -m collectives`` does: the package is imported while sys.argv[0] is "-m".
     code = ("import sys; sys.argv[0] = '-m'; import collectives, os; "
