@@ -56,8 +56,9 @@ def ranks(tag):
                 env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
         except OSError:
             continue
-        if env.get(b"COLLECTIVES_TEST_JOB") == tag.encode() and rank_of(env) is not None:
-            out[rank_of(env)] = int(pid)
+        rank = rank_of(env)
+        if env.get(b"COLLECTIVES_TEST_JOB") == tag.encode() and rank is not None:
+            out[rank] = int(pid)
     return out
 
 

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
+from tests.launch import OPEN_MPI
+
 NET = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "net")
 sys.path.insert(0, NET)
 import measure  # noqa: E402  (bench/net is put on sys.path just above)
@@ -52,8 +54,7 @@ def test_without_root_measures_nothing():
 
 
 @ROOT_ONE_RANK
-@pytest.mark.skipif(MPI.Get_library_version().startswith("Open MPI"),
-                    reason="the testbed launches through MPICH's Hydra (mpiexec --launcher)")
+@pytest.mark.skipif(OPEN_MPI, reason="the testbed launches through MPICH's Hydra (mpiexec --launcher)")
 def test_two_nodes_one_rank_each_then_nothing_left():
     if namespaces():
         pytest.skip(f"a testbed is up already (bench-net running?): {namespaces()}")
