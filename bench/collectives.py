@@ -50,6 +50,7 @@ import numpy as np
 from mpi4py import MPI
 
 import collectives
+from collectives import compression
 from collectives.comm import NATIVE
 from bench.common import RESULTS, environment, human, stats, table
 
@@ -89,6 +90,13 @@ COLUMNS = [("size", 10, "d"), ("count", 9, "d"), ("type", 6, "s"), ("redop", 5, 
 SUMMARY = [("size", 10, "d"), ("best", 34, "s"), ("p50(us)", 10, ".2f"),
            ("native(us)", 10, ".2f"), ("speedup", 7, ".2f"), ("busbw", 7, ".3f"),
            ("native busbw", 12, ".3f"), ("default", 7, ".2f"), ("auto", 7, ".2f")]
+# Compressed all-reduce rows (``compress:<name>``): per call, median over the timed calls of the
+# slowest rank, the bytes a rank sent (the most of any rank) and the time in each phase, and the
+# error of the result, max |ours - exact| / max |exact|.
+COMPRESSED = [("algorithm", 34, "s"), ("size", 10, "d"), ("p50(us)", 10, ".2f"), ("native/ours", 11, ".2f"),
+              ("wire(B)", 10, "d"), ("compress(us)", 12, ".1f"), ("comm(us)", 10, ".1f"),
+              ("decompress(us)", 14, ".1f"), ("rel.err", 8, ".1e")]
+COMPRESS_PREFIX = "compress:"
 # The rows that measure what users get, beside native and the named algorithms.
 DEFAULT, AUTO = "default", "auto"
 # OSU's defaults (osu_coll.h): 1000 timed iterations after 200 warm-up below 8 KiB, 100 after 10
@@ -135,7 +143,7 @@ class Case:
         part = count // p if SPEC[collective][2] else count
         n_in = part if collective in ("allgather", "gather") else count
         inputs = [_data(base[:n_in], i, dtype) for i in range(p)]
-        mine = inputs[r]
+        mine = self.send = inputs[r]
         kwargs = {"root": root} if collective in ROOTED else {}
         if collective in REDUCING:
             kwargs["op"] = OPS[op][0]
@@ -196,6 +204,41 @@ class Case:
         if self.want is None:
             return 0
         return int(np.count_nonzero(self.out[:self.want.size] != self.want))
+
+
+class Compressed:
+    """A ``compress:<name>`` contender on an all-reduce ``case``: ``compression.allreduce``
+    through a fresh compressor (its error-feedback state carried from call to call), keeping
+    every call's Stats.  ``check`` counts non-finite elements as wrong and keeps the error."""
+
+    def __init__(self, name, case, comm):
+        self.case, self.comm = case, comm
+        self.compressor, self.state, self.stats = compression.COMPRESSORS[name](), None, []
+        self.error = None
+
+    def __call__(self):
+        out, self.state = compression.allreduce(self.comm, self.case.send, self.compressor, self.state,
+                                                report=self.stats.append)
+        self.case.out[...] = out
+
+    def check(self, call):
+        """Run once; the number of non-finite elements (the error goes to ``error``)."""
+        _poison(self.case.out)
+        call()
+        self.stats.clear()
+        want = self.case.want.astype(np.float64)
+        self.error = float(np.max(np.abs(self.case.out - want), initial=0) / max(np.max(np.abs(want), initial=0), 1e-300))
+        return int(np.count_nonzero(~np.isfinite(self.case.out)))
+
+    def columns(self, comm):
+        """The Stats columns: medians over this rank's calls, then the most over ranks."""
+        mine = np.array([[s.wire_bytes, s.compress_s, s.communicate_s, s.decompress_s] for s in self.stats]
+                        or [[0, 0, 0, 0]], np.float64)
+        worst = np.median(mine, axis=0)
+        comm.Allreduce(MPI.IN_PLACE, worst, op=MPI.MAX)
+        error = comm.allreduce(self.error or 0.0, op=MPI.MAX)
+        return {"wire(B)": int(worst[0]), "compress(us)": worst[1] * 1e6, "comm(us)": worst[2] * 1e6,
+                "decompress(us)": worst[3] * 1e6, "rel.err": error}
 
 
 def counts_for(collective, size_list, p, itemsize=4):
@@ -322,10 +365,11 @@ def result_row(case, name, place, samples, batch, wrong, factor):
 
 def sweep(comm, collective, size_list, *, algorithms=("all",), dtype="float32", op="sum", root=0,
           places=("out",), iterations=None, warmup=None, budget=2.0, sample_s=200e-6, min_reps=3,
-          validate=False, emit=None, progress=None):
+          validate=False, emit=None, progress=None, compress=()):
     """Benchmark ``collective`` at ``size_list`` bytes on ``comm``; the result record.
 
-    ``places``: "out" and/or "in" (in place).  ``emit`` receives lines of the table as sizes
+    ``places``: "out" and/or "in" (in place).  ``compress``: compressor names whose
+    ``compression.allreduce`` is timed beside the all-reduces (rows ``compress:<name>``).  ``emit`` receives lines of the table as sizes
     complete, ``progress`` one line per size before it is measured (rank 0 only prints them).
     ``validate`` checks every contender again after its timed loop.
     """
@@ -355,16 +399,22 @@ def sweep(comm, collective, size_list, *, algorithms=("all",), dtype="float32", 
             calls = [functools.partial(cases[place].call, handle[key]) if key in handle
                      else functools.partial(cases[place].call, ours, algorithm=key)
                      for _, key, place in live]
+            checks = [cases[place] for _, _, place in live]
+            packed = [Compressed(name, cases["out"], ours) for name in compress] if collective == "allreduce" else []
+            live += [(COMPRESS_PREFIX + c.compressor.name, None, "out") for c in packed]
+            calls += packed
+            checks += packed
             its, skip = osu_counts(nbytes, iterations, warmup)
-            wrong, samples = validate_and_measure(
-                comm, calls, [cases[place] for _, _, place in live], its, skip, budget, sample_s,
-                min_reps, validate)
+            wrong, samples = validate_and_measure(comm, calls, checks, its, skip, budget, sample_s,
+                                                  min_reps, validate)
             block = []
             for j, (name, _, place) in enumerate(live):
                 got, k = samples.get(j, (None, 1))
                 ok = wrong[j] == 0
                 block.append(result_row(cases[place], name, place, got if ok else None, k, wrong[j], factor))
                 block[-1].update(redop=redop, root=root if collective in ROOTED else -1)
+                if isinstance(calls[j], Compressed):
+                    block[-1].update(calls[j].columns(comm))
             add_ratios(block, NATIVE_LABEL)
             rows += block
             emit("\n".join(table(COLUMNS, block)[1:]))
@@ -390,7 +440,8 @@ def _summary(block, place):
     block = [row for row in block if row["place"] == place]
     native = block[0]
     by_name = {row["algorithm"]: row for row in block if row["p50(us)"] is not None}
-    mine = [row for row in block[1:] if row["algorithm"] not in (DEFAULT, AUTO) and row["p50(us)"] is not None]
+    mine = [row for row in block[1:] if row["algorithm"] not in (DEFAULT, AUTO) and row["p50(us)"] is not None
+            and not row["algorithm"].startswith(COMPRESS_PREFIX)]
     if not mine or native["p50(us)"] is None:
         return []
     best = min(mine, key=lambda row: row["p50(us)"])

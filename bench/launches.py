@@ -89,6 +89,22 @@ def _spread(values):
     return statistics.median(values), min(values), max(values)
 
 
+def auto_vs_best(results):
+    """{(size, place): (median, min, max)} over launches of best named p50 / auto p50 within each
+    launch (1.0: auto ran the fastest algorithm; 0.95: auto 5% slower), from one test's records."""
+    per = {}
+    for result in results:
+        by_cell = {}
+        for row in result["rows"]:
+            if row["p50(us)"] is not None and not row["algorithm"].startswith(("native", "default")):
+                by_cell.setdefault((row["size"], row["place"]), {})[row["algorithm"]] = row["p50(us)"]
+        for cell, times in by_cell.items():
+            named = [t for name, t in times.items() if name != "auto"]
+            if "auto" in times and named:
+                per.setdefault(cell, []).append(min(named) / times["auto"])
+    return {cell: _spread(got) for cell, got in per.items()}
+
+
 def repeat(args, argv):
     """``--launches N``: lines with the median and spread of every ratio over N launches."""
     runs = []
@@ -114,6 +130,11 @@ def repeat(args, argv):
             records.append({"collective": test, "np": args.np, "size": size, "algorithm": name, "place": place,
                             "median": med, "min": lo, "max": hi, "ratios": got})
             lines.append(f"{size:>12} {name:>34} {place:>5} {med:>7.2f} {lo:>7.2f} {hi:>7.2f} {len(got):>3}")
+        lines += [f"# {test} np={args.np}: best named algorithm p50 / auto p50 within each launch (1 = auto chose "
+                  "the fastest; >= 0.95 is within 5%); median, min and max over the launches",
+                  f"#{'size':>11} {'place':>5} {'median':>7} {'min':>7} {'max':>7}"]
+        for (size, place), (med, lo, hi) in sorted(auto_vs_best([results[t] for results in runs]).items()):
+            lines.append(f"{size:>12} {place:>5} {med:>7.2f} {lo:>7.2f} {hi:>7.2f}")
         lines.append("")
     print("\n".join(lines), flush=True)
     path = write_json(f"launches_np{args.np}_x{args.launches}.json",

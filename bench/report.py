@@ -15,7 +15,7 @@ P2P_TITLES = {"latency": "Latency", "bw": "Bandwidth", "bibw": "Bi-Directional B
 # Per-row fields of the CSV, then the launch's.
 CSV_ROW = ("collective", "np", "size", "count", "type", "redop", "root", "algorithm", "place", "min(us)",
            "p50(us)", "p99(us)", "max(us)", "avg(us)", "iters", "batch", "algbw(GB/s)", "busbw(GB/s)", "MB/s",
-           "#wrong", "native/ours", "binding", "hosts", "mpi_library", "date_utc", "git")
+           "#wrong", "native/ours", "wire(B)", "compress(us)", "comm(us)", "decompress(us)", "rel.err", "binding", "hosts", "mpi_library", "date_utc", "git")
 
 
 def _contenders(result):

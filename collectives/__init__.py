@@ -3,7 +3,16 @@
 ``Comm(mpi_comm)`` wraps an mpi4py communicator and keeps mpi4py's method names; the
 functions in ``collectives.functional`` take and return NumPy arrays.
 """
-from . import p2p
+import sys
+
+if sys.argv[:1] == ["-m"]:
+    # Imported by ``python -m collectives ...``: set the runtime defaults (collectives._runtime)
+    # before MPI and NumPy start, as ``make demo`` does.
+    from ._runtime import defaults as _defaults
+
+    _defaults()
+
+from . import p2p  # noqa: E402  (after the defaults: this starts MPI)
 from .abort import install as abort_on_error
 from .comm import Comm, wrap
 from .functional import (allgather, allreduce, barrier, bcast, gather, iallreduce, reduce,

@@ -5,12 +5,14 @@ The whole schedule runs inside one ``nogil`` block, so a collective costs one Py
 however many steps it has, and other Python threads (the progress thread of the
 nonblocking forms, the caller's computation) run meanwhile.
 """
+from cpython.pythread cimport PyThread_get_thread_ident
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_ANY_CONTIGUOUS,
                              PyBUF_C_CONTIGUOUS, PyBUF_FORMAT, PyBUF_WRITABLE)
 from libc.limits cimport INT_MAX
 from libc.stdint cimport int64_t
 from libc.stdlib cimport malloc, free, getenv
 from libc.string cimport memcpy, memmove, strcmp
+from posix.time cimport clock_gettime, nanosleep, timespec, CLOCK_MONOTONIC
 cimport numpy as cnp
 import numpy as np
 from mpi4py cimport MPI
@@ -20,6 +22,11 @@ from mpi4py.libmpi cimport *
 from collectives._csrc cimport ck_reduce, ck_itemsize
 from collectives.exchange import FUSED_BYTES, TAG as EXCHANGE_TAG
 from collectives.registry import PLAN_OVERHEAD
+from collectives.watchdog import (GRACE_S, MAX_PAUSE_S, SPIN_S, YIELD_S, StallError,
+                                  agree_algorithm, call_number, AGREE_TAG)
+
+cdef extern from "<sched.h>" nogil:
+    int sched_yield()
 
 # Must match collectives/schedule.py.
 DEF SENDRECV = 0
@@ -81,17 +88,123 @@ cdef void abandon(MPI_Request *reqs, const char *is_recv, int nreq) noexcept nog
             MPI_Wait(&reqs[i], MPI_STATUS_IGNORE)
 
 
+# ---- the stall watchdog (collectives.watchdog): every wait of run_steps goes through here ----
+
+DEF TIMED_OUT = -2  # run_steps' return code when a wait outlived the watchdog's limit
+cdef double _spin_s = SPIN_S, _yield_s = YIELD_S, _max_pause_s = MAX_PAUSE_S, _grace_s = GRACE_S
+
+
+cdef struct Watch:
+    double limit   # seconds one wait may make no progress; 0: plain blocking MPI calls
+    double waited  # on expiry: how long the wait had blocked
+    int *peer      # per request: its peer's rank (the requests are run_steps' ``reqs``)
+
+
+cdef inline double monotonic() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + 1e-9 * ts.tv_nsec
+
+
+cdef int poll_all(int n, MPI_Request *reqs, double limit, double *waited) noexcept nogil:
+    """MPI_Testall until done (its return code) or ``limit`` seconds pass (TIMED_OUT): spin,
+    then yield the core, then sleep with a doubling pause, so a long stall costs no CPU."""
+    cdef double start = monotonic(), pause = 1e-6
+    cdef int rc, flag = 0
+    cdef timespec ts
+    while True:
+        rc = MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE)
+        if rc != MPI_SUCCESS or flag:
+            return rc
+        waited[0] = monotonic() - start
+        if waited[0] > limit:
+            return TIMED_OUT
+        if waited[0] > _yield_s:
+            ts.tv_sec = 0
+            ts.tv_nsec = <long>(pause * 1e9)
+            nanosleep(&ts, NULL)
+            pause = pause * 2 if pause * 2 < _max_pause_s else _max_pause_s
+        elif waited[0] > _spin_s:
+            sched_yield()
+
+
+cdef int wait_requests(int n, MPI_Request *reqs, char *is_recv, Watch *w) noexcept nogil:
+    """Every wait of a schedule: MPI_Waitall, or, under the watchdog, polled; on expiry, each
+    request still pending gets bit 2 in ``is_recv`` (its peer is in ``w.peer``)."""
+    cdef int rc, i, flag
+    if w.limit <= 0:
+        return MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE)
+    rc = poll_all(n, reqs, w.limit, &w.waited)
+    if rc == TIMED_OUT:
+        for i in range(n):
+            flag = 1
+            if reqs[i] != MPI_REQUEST_NULL:
+                MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE)
+            if not flag:
+                is_recv[i] |= 2
+    return rc
+
+
+cdef void give_up(MPI_Request *reqs, int nreq) noexcept nogil:
+    """After expiry: cancel every request, give them GRACE_S to complete, then release the
+    ones that did not (a send the MPI cannot cancel): MPI writes into no buffer later."""
+    cdef int i
+    cdef double waited
+    for i in range(nreq):
+        if reqs[i] != MPI_REQUEST_NULL:
+            MPI_Cancel(&reqs[i])
+    if poll_all(nreq, reqs, _grace_s, &waited) == TIMED_OUT:
+        for i in range(nreq):
+            if reqs[i] != MPI_REQUEST_NULL:
+                MPI_Request_free(&reqs[i])
+
+
+cdef int start_request(bint recv, char *at, int count, MPI_Datatype t, int peer, int tag,
+                       MPI_Comm comm, MPI_Request *reqs, char *is_recv, Watch *w,
+                       int *nreq) noexcept nogil:
+    """MPI_Irecv or MPI_Isend as request ``nreq`` (then counted), noting its peer."""
+    cdef int rc
+    if recv:
+        rc = MPI_Irecv(at, count, t, peer, tag, comm, &reqs[nreq[0]])
+    else:
+        rc = MPI_Isend(at, count, t, peer, tag, comm, &reqs[nreq[0]])
+    if rc == MPI_SUCCESS:
+        is_recv[nreq[0]] = recv
+        if w.peer != NULL:
+            w.peer[nreq[0]] = peer
+        nreq[0] += 1
+    return rc
+
+
 cdef int run_steps(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char **buf,
                    size_t size, MPI_Datatype t, int dtype, int op, int tag,
-                   MPI_Request *reqs, char *is_recv, Py_ssize_t *failed) noexcept nogil:
-    """Run the steps; on an error return, ``failed`` holds the step and no request is left open."""
+                   MPI_Request *reqs, char *is_recv, Py_ssize_t *failed, Watch *w,
+                   int *nstarted) noexcept nogil:
+    """Run the steps; on an error return, ``failed`` holds the step and no request is left open.
+
+    Under the watchdog (``w.limit`` > 0) a send or receive row runs as requests after the
+    pending ones, so that every wait is ``wait_requests``; on TIMED_OUT ``nstarted`` says how
+    many requests the marks in ``is_recv`` cover.
+    """
     cdef Py_ssize_t i
     cdef const int64_t *r
-    cdef int rc = MPI_SUCCESS, nreq = 0
+    cdef int rc = MPI_SUCCESS, nreq = 0, first
     for i in range(nsteps):
         r = steps + i * NCOLS
         if r[0] != REDUCE and r[0] != COPY and (r[3] > INT_MAX or r[7] > INT_MAX):
             rc = MPI_ERR_COUNT  # never narrow a count to int: schedule.py splits such rows
+        elif r[0] == SENDRECV and w.limit > 0:
+            first = nreq
+            if r[8] != NONE:
+                rc = start_request(True, buf[r[5]] + r[6] * size, <int>r[7], t, <int>r[8], tag,
+                                   comm, reqs, is_recv, w, &nreq)
+            if rc == MPI_SUCCESS and r[4] != NONE:
+                rc = start_request(False, buf[r[1]] + r[2] * size, <int>r[3], t, <int>r[4], tag,
+                                   comm, reqs, is_recv, w, &nreq)
+            if rc == MPI_SUCCESS:
+                rc = wait_requests(nreq - first, reqs + first, is_recv + first, w)
+                if rc == MPI_SUCCESS:
+                    nreq = first
         elif r[0] == SENDRECV:
             if r[4] == NONE:
                 rc = MPI_Recv(buf[r[5]] + r[6] * size, <int>r[7], t, <int>r[8], tag, comm,
@@ -110,22 +223,21 @@ cdef int run_steps(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char 
             if buf[r[1]] + r[2] * size != buf[r[5]] + r[6] * size:
                     memcpy(buf[r[1]] + r[2] * size, buf[r[5]] + r[6] * size, <size_t>r[3] * size)
         elif r[0] == ISEND:
-            rc = MPI_Isend(buf[r[1]] + r[2] * size, <int>r[3], t, <int>r[4], tag, comm, &reqs[nreq])
-            if rc == MPI_SUCCESS:
-                is_recv[nreq] = 0
-                nreq += 1
+            rc = start_request(False, buf[r[1]] + r[2] * size, <int>r[3], t, <int>r[4], tag,
+                               comm, reqs, is_recv, w, &nreq)
         elif r[0] == IRECV:
-            rc = MPI_Irecv(buf[r[5]] + r[6] * size, <int>r[7], t, <int>r[8], tag, comm, &reqs[nreq])
-            if rc == MPI_SUCCESS:
-                is_recv[nreq] = 1
-                nreq += 1
+            rc = start_request(True, buf[r[5]] + r[6] * size, <int>r[7], t, <int>r[8], tag,
+                               comm, reqs, is_recv, w, &nreq)
         else:
-            rc = MPI_Waitall(nreq, reqs, MPI_STATUSES_IGNORE)
+            rc = wait_requests(nreq, reqs, is_recv, w)
             if rc == MPI_SUCCESS:
                 nreq = 0
         if rc != MPI_SUCCESS:
             failed[0] = i
-            if rc != -1:
+            nstarted[0] = nreq
+            if rc == TIMED_OUT:
+                give_up(reqs, nreq)
+            elif rc != -1:
                 abandon(reqs, is_recv, nreq)
             return rc
     return MPI_SUCCESS
@@ -144,33 +256,51 @@ class ScheduleError(pyMPI.Exception):
 
 
 cdef int run_checked(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char **buf, int dtype,
-                     int op, int tag, Py_ssize_t nreq, object collective) except -1:
-    """run_steps without the GIL; TypeError or ScheduleError when a step fails."""
+                     int op, int tag, Py_ssize_t nreq, object collective, double limit=0) except -1:
+    """run_steps without the GIL, watched when ``limit`` > 0 seconds; TypeError, ScheduleError
+    or StallError when a step fails."""
     cdef size_t size = ck_itemsize(dtype)
     cdef MPI_Request *reqs = NULL
     cdef MPI_Datatype t
     cdef Py_ssize_t failed = -1
-    cdef int rc, rank = 0
+    cdef int rc, rank = 0, nstarted = 0, i
+    cdef Watch w
+    cdef char *is_recv
+    w.limit = limit
+    w.waited = 0
+    w.peer = NULL
+    if limit > 0:
+        nreq += 2  # room for a send or receive row's own requests
     element_type(size, &t)
     if nreq:
-        reqs = <MPI_Request *>malloc(nreq * (sizeof(MPI_Request) + 1))
+        reqs = <MPI_Request *>malloc(nreq * (sizeof(MPI_Request) + 1 + (sizeof(int) if limit > 0 else 0)))
         if reqs == NULL:
             raise MemoryError()
-    with nogil:
-        rc = run_steps(comm, steps, nsteps, buf, size, t, dtype, op, tag, reqs,
-                       <char *>(reqs + nreq), &failed)
-    free(reqs)
-    if rc == -1:
-        raise TypeError(f"op code {op} is not defined on dtype code {dtype}")
-    if rc != MPI_SUCCESS:
-        MPI_Comm_rank(comm, &rank)
-        raise ScheduleError(rc, collective, failed, rank)
+        if limit > 0:
+            w.peer = <int *>(reqs + nreq)
+    is_recv = <char *>(w.peer + nreq) if w.peer != NULL else <char *>(reqs + nreq)
+    try:
+        with nogil:
+            rc = run_steps(comm, steps, nsteps, buf, size, t, dtype, op, tag, reqs,
+                           is_recv, &failed, &w, &nstarted)
+        if rc == -1:
+            raise TypeError(f"op code {op} is not defined on dtype code {dtype}")
+        if rc != MPI_SUCCESS:
+            MPI_Comm_rank(comm, &rank)
+            if rc == TIMED_OUT:
+                raise StallError(collective, failed, rank,
+                                 [(w.peer[i], "receive" if is_recv[i] & 1 else "send")
+                                  for i in range(nstarted) if is_recv[i] & 2], w.waited)
+            raise ScheduleError(rc, collective, failed, rank)
+    finally:
+        free(reqs)
     return 0
 
 
 def execute(MPI.Comm comm, const int64_t[:, ::1] steps, acc, tmp, inp, int dtype, int op,
-            int tag, Py_ssize_t nreq, collective="schedule"):
-    """Run ``steps`` on ``comm`` over the ACC, TMP and IN buffers (each may be None)."""
+            int tag, Py_ssize_t nreq, collective="schedule", double timeout=0):
+    """Run ``steps`` on ``comm`` over the ACC, TMP and IN buffers (each may be None);
+    ``timeout`` > 0 seconds: StallError when a wait makes no progress for that long."""
     cdef Py_buffer views[NBUFS]
     cdef char *buf[NBUFS]
     cdef bint held[NBUFS]
@@ -189,7 +319,7 @@ def execute(MPI.Comm comm, const int64_t[:, ::1] steps, acc, tmp, inp, int dtype
                 held[i] = True
                 buf[i] = <char *>views[i].buf
         run_checked(comm.ob_mpi, &steps[0, 0] if steps.shape[0] else NULL, steps.shape[0], buf,
-                    dtype, op, tag, nreq, collective)
+                    dtype, op, tag, nreq, collective, timeout)
     finally:
         for i in range(NBUFS):
             if held[i]:
@@ -355,11 +485,13 @@ DEF SCATTER = 6
 DEF BARRIER = 7
 DEF NCOLL = 8
 DEF BYTE_CODE = 5  # uint8 in collectives.ops.DTYPES
+DEF OP_MAX = 3  # MPI.MAX in _OPS
 DEF MAX_DATATYPES = 128
 DEF MAX_NPY = 64
 DEF ACC_BUF = 0
 DEF TMP_BUF = 1
 DEF IN_BUF = 2
+DEF UNKNOWN = -(1 << 62)  # a field this rank cannot know (agreement.agree's None)
 
 cdef int _npy_code[MAX_NPY]          # NumPy type number -> kernel dtype code, -1: none
 cdef int _npy_num[16]                # kernel dtype code -> canonical NumPy type number
@@ -374,6 +506,8 @@ for _i in range(NCOLL):
     _ENV_NAMES[_i] = <const char *>_ENV_BYTES[_i]
 cdef object _OPS = (pyMPI.SUM, pyMPI.PROD, pyMPI.MIN, pyMPI.MAX, pyMPI.LAND, pyMPI.LOR,
                     pyMPI.LXOR, pyMPI.BAND, pyMPI.BOR, pyMPI.BXOR)
+cdef dict _OP_NAMES = {"sum": 0, "prod": 1, "min": 2, "max": 3, "land": 4, "lor": 5, "lxor": 6,
+                       "band": 7, "bor": 8, "bxor": 9}  # collectives.ops.OP_NAMES, as codes
 
 
 def _tables():
@@ -538,12 +672,79 @@ cdef inline bint overlap(const Arg *a, const Arg *b) noexcept:
     return a.ptr != b.ptr and shares(a, b)
 
 
-cdef inline int op_code(object op) noexcept:
+cdef inline int op_code(object op) except -2:
     cdef int i
     for i in range(10):
         if op is _OPS[i]:
             return i
+    if type(op) is str:
+        return _OP_NAMES.get(op.lower(), -1)
     return -1
+
+
+cdef bint ints(object seq, Py_ssize_t p, Py_ssize_t *out) except -1:
+    """``p`` Python ints from a list, tuple or integer array into ``out``; 0 if it is none."""
+    cdef Py_ssize_t i
+    if type(seq) is np.ndarray and seq.dtype.kind in "iu":
+        seq = seq.tolist()
+    if (type(seq) is not list and type(seq) is not tuple) or len(seq) != p:
+        return 0
+    for i in range(p):
+        if type(seq[i]) is not int:
+            return 0
+        out[i] = seq[i]
+    return 1
+
+
+cdef int vector_spec(object spec, bint writable, Py_ssize_t p, Py_ssize_t *counts,
+                     Py_ssize_t *displs, Arg *out, Py_buffer *view, int *nheld) except -1:
+    """A v-variant's ``[buf, (counts, displs), datatype]`` (or ``[buf, counts, datatype]``,
+    ``[buf, counts, displs, datatype]``; no displacements: blocks in rank order) as the whole
+    buffer in ``out`` and ``p`` counts and displacements in elements; 0 for the general path,
+    which then says what is wrong with it."""
+    cdef object cnt, dis = None
+    cdef Py_ssize_t i, at = 0
+    if (type(spec) is not list and type(spec) is not tuple) or not 3 <= len(spec) <= 4:
+        return 0
+    cnt = spec[1]
+    if len(spec) == 4:
+        dis = spec[2]
+    elif type(cnt) is tuple and len(cnt) == 2 and type(cnt[0]) is not int:
+        cnt, dis = cnt
+    if not ints(cnt, p, counts):
+        return 0
+    if dis is None:
+        for i in range(p):
+            displs[i] = at
+            at += counts[i]
+    elif not ints(dis, p, displs):
+        return 0
+    if not resolve((spec[0], spec[len(spec) - 1]), writable, 1, False, out, view, nheld):
+        return 0
+    for i in range(p):
+        if counts[i] < 0 or displs[i] < 0 or displs[i] + counts[i] > out.count:
+            return 0
+    return 1
+
+
+cdef bint packed_offsets(Py_ssize_t p, const Py_ssize_t *counts, const Py_ssize_t *displs,
+                         Py_ssize_t *at) noexcept:
+    """The offsets of the blocks in rank order from 0 into ``at``; whether ``displs`` are those."""
+    cdef Py_ssize_t i, total = 0
+    cdef bint same = True
+    for i in range(p):
+        at[i] = total
+        same = same and displs[i] == total
+        total += counts[i]
+    return same
+
+
+cdef void move_blocks(char *dst, const Py_ssize_t *dst_at, const char *src, const Py_ssize_t *src_at,
+                      const Py_ssize_t *counts, Py_ssize_t p, Py_ssize_t size) noexcept:
+    """Copy each block i, ``counts[i]`` elements of ``size`` bytes, from ``src_at[i]`` to ``dst_at[i]``."""
+    cdef Py_ssize_t i
+    for i in range(p):
+        memcpy(dst + dst_at[i] * size, src + src_at[i] * size, counts[i] * size)
 
 
 cdef inline void release(Py_buffer *views, int n) noexcept:
@@ -587,6 +788,9 @@ cdef class Fast:
     cdef Py_ssize_t *counts
     cdef list envs
     cdef public Py_ssize_t calls
+    cdef double limit        # the watchdog's seconds (0: off), set by ``watch``
+    cdef _Plan agree_plan    # the argument check's exchange under the watchdog
+    cdef unsigned long queue_thread  # the thread running a queued nonblocking call, or 0
 
     def __init__(self, MPI.Comm comm, owner, make_plan, tags, names):
         from collectives.cache import ByteLRU
@@ -609,13 +813,29 @@ cdef class Fast:
         self.x.mine = <char *>malloc(2 * self.x.cap)
         self.x.theirs = self.x.mine + self.x.cap
         self.vec = <int64_t *>self.x.mine
-        self.counts = <Py_ssize_t *>malloc(self.size * sizeof(Py_ssize_t))
+        # Per-rank counts, then displacements and packed offsets of the v-variants.
+        self.counts = <Py_ssize_t *>malloc(3 * self.size * sizeof(Py_ssize_t))
         if self.x.mine == NULL or self.counts == NULL:
             raise MemoryError()
         self.checked = owner.check
         self.tmp = np.zeros(64, np.uint8)
         self.aux = np.zeros(64, np.uint8)
         self.calls = 0
+
+    def watch(self, double limit):
+        """Watch every wait for ``limit`` seconds (collectives.watchdog); 0 turns it off."""
+        from collectives.registry import plan
+        self.limit = limit
+        self.agree_plan = None
+        self.plans.clear()  # auto takes fused plans only without a limit (executor.fusable)
+        if limit > 0 and self.size > 1:
+            pl = _Plan()
+            pl.steps, pl.tmp_count, pl.nreq = plan(agree_algorithm(self.size), self.rank,
+                                                  self.size, self.nvec)
+            pl.nsteps = pl.steps.shape[0]
+            pl.rows = <const int64_t *>cnp.PyArray_DATA(pl.steps)
+            pl.name = "argument check"
+            self.agree_plan = pl
 
     def __len__(self):
         """Number of cached plans."""
@@ -631,7 +851,9 @@ cdef class Fast:
         if broken is not None:
             raise RuntimeError(f"collectives.Comm is unusable: {broken}")
         progress = self.owner._progress
-        return progress is None or not progress.busy()
+        # The progress thread runs the queued call at the head of the queue: its turn.
+        return (progress is None or not progress.busy()
+                or (self.queue_thread != 0 and PyThread_get_thread_ident() == self.queue_thread))
 
     cdef char *scratch(self, bint aux, Py_ssize_t nbytes) except NULL:
         cdef cnp.ndarray buf = self.aux if aux else self.tmp
@@ -700,13 +922,18 @@ cdef class Fast:
         for i in range(w):
             if i >= nfields:
                 v[3 + i] = 0
-            v[5 + w + i] = -v[3 + i]
+            v[5 + w + i] = UNKNOWN if v[3 + i] == UNKNOWN else -v[3 + i]
         v[3 + w] = -coll
         v[4 + w] = -pl.algo
-        self.x.kind = X_HEADER if pl.fused < 0 else pl.fused
-        self.x.nbytes, self.x.block, self.x.dtype, self.x.op = nbytes, block, dtype, op
-        v[self.nvec] = nbytes if self.x.kind != X_HEADER and has else 0
-        x_checked(&self.x, self.rank, self.size)
+        if self.agree_plan is not None and pl.fused < 0:
+            # Under the watchdog: its watched all-reduce, which names a rank that never comes.
+            self.launch(coll, self.agree_plan, <char *>v, NULL, _npy_code[<int>cnp.NPY_INT64], OP_MAX,
+                        AGREE_TAG)
+        else:
+            self.x.kind = X_HEADER if pl.fused < 0 else pl.fused
+            self.x.nbytes, self.x.block, self.x.dtype, self.x.op = nbytes, block, dtype, op
+            v[self.nvec] = nbytes if self.x.kind != X_HEADER and has else 0
+            x_checked(&self.x, self.rank, self.size)
         name = self.names[coll]
         if v[0]:
             raise ValueError(f"{name}: invalid arguments on another rank (it raised the details)")
@@ -723,17 +950,23 @@ cdef class Fast:
         raise ValueError(disagreement(name, list(keys), [-v[3 + w + i] for i in range(len(keys))],
                                       [v[1 + i] for i in range(len(keys))]))
 
-    cdef int launch(self, int coll, _Plan pl, char *acc, char *inp, int dtype, int op) except -1:
-        """Run ``pl`` over ACC, TMP and IN; a failure marks the Comm unusable."""
+    cdef int launch(self, int coll, _Plan pl, char *acc, char *inp, int dtype, int op,
+                    int tag=-1) except -1:
+        """Run ``pl`` over ACC, TMP and IN (on the collective's tag unless ``tag``); a failure
+        marks the Comm unusable."""
         cdef char *buf[NBUFS]
         buf[ACC_BUF] = acc if acc != NULL else _empty
         buf[TMP_BUF] = self.scratch(False, pl.tmp_count * ck_itemsize(dtype)) if pl.tmp_count else _empty
         buf[IN_BUF] = inp if inp != NULL else _empty
         try:
-            run_checked(self.comm.ob_mpi, pl.rows, pl.nsteps, buf, dtype, op, self.tags[coll],
-                        pl.nreq, f"{self.names[coll]} ({pl.name})")
+            run_checked(self.comm.ob_mpi, pl.rows, pl.nsteps, buf, dtype, op,
+                        self.tags[coll] if tag < 0 else tag, pl.nreq,
+                        f"{self.names[coll]} ({pl.name})", self.limit)
         except ScheduleError as exc:
             self.owner._broken = str(exc)
+            raise
+        except StallError as exc:
+            self.owner._stalled(exc, call_number(self.owner, True))
             raise
         return 0
 
@@ -1078,3 +1311,157 @@ cdef class Fast:
             self.launch(BARRIER, pl, NULL, NULL, BYTE_CODE, 0)
         self.done(pl)
         return True
+
+    # ---- the v-variants: per-rank counts and displacements ----------------------------------
+
+    cdef tuple byte_counts(self, Py_ssize_t size):
+        """``counts`` in bytes of ``size``-byte elements, -1 where a rank does not know one."""
+        return tuple([c * size if c >= 0 else -1 for c in self.counts[:self.size]])
+
+    def allgatherv(self, sendbuf, recvbuf, algorithm):
+        """Allgatherv; False to leave the call to the general path."""
+        cdef Arg send, recv
+        cdef Py_buffer views[2]
+        cdef int nheld = 0, nf
+        cdef bint packed, in_place = sendbuf is None or sendbuf is pyMPI.IN_PLACE
+        cdef Py_ssize_t p = self.size, r = self.rank, total
+        cdef Py_ssize_t *cnt = self.counts
+        cdef Py_ssize_t *dis = cnt + p
+        cdef Py_ssize_t *at = cnt + 2 * p
+        cdef char *acc
+        cdef _Plan pl
+        if not self.ready():
+            return False
+        try:
+            if not vector_spec(recvbuf, True, p, cnt, dis, &recv, &views[0], &nheld):
+                return False
+            if in_place:
+                send = recv
+                send.ptr = recv.ptr + dis[r] * recv.size
+            elif (not resolve(sendbuf, False, 1, True, &send, &views[nheld], &nheld)
+                  or send.dtype != recv.dtype or send.count != cnt[r] or shares(&send, &recv)):
+                return False
+            packed = packed_offsets(p, cnt, dis, at)
+            total = at[p - 1] + cnt[p - 1]
+            bcounts = self.byte_counts(recv.size)
+            pl = self.plan(ALLGATHER, algorithm, (ALLGATHER, algorithm, bcounts), total,
+                           total * recv.size, len(set(bcounts)) == 1, (bcounts,))
+            if pl is None:
+                return False
+            nf = self.block_fields(_npy_num[recv.dtype], recv.size, 0, cnt)
+            if pl.fused >= 0:
+                # Equal blocks (the fused form's restriction) meet in the payload in rank order.
+                memcpy(self.body() + at[r] * recv.size, send.ptr, cnt[r] * recv.size)
+                self.agree(ALLGATHER, pl, nf, ("dtype", "itemsize"), True, total * recv.size,
+                           cnt[r] * recv.size)
+                move_blocks(recv.ptr, dis, self.body(), at, cnt, p, recv.size)
+                self.done(pl)
+                return True
+            self.agree(ALLGATHER, pl, nf, ("dtype", "itemsize"), True)
+            # The schedule wants the blocks in rank order from 0: other layouts go via scratch.
+            acc = recv.ptr if packed else self.scratch(True, total * recv.size)
+            if send.ptr != acc + at[r] * recv.size:
+                memcpy(acc + at[r] * recv.size, send.ptr, cnt[r] * recv.size)
+            if total and p > 1:
+                self.launch(ALLGATHER, pl, acc, NULL, BYTE_CODE, 0)
+            if not packed:
+                move_blocks(recv.ptr, dis, acc, at, cnt, p, recv.size)
+            self.done(pl)
+            return True
+        finally:
+            release(views, nheld)
+
+    cdef object rooted_vector(self, int coll, object whole_spec, object own_spec, object root,
+                              object algorithm):
+        """Gatherv and Scatterv, as ``rooted`` with the root's buffer a v-variant spec.  Away
+        from the root a rank knows only its own count: the others are UNKNOWN to the agreement."""
+        cdef Arg whole, own
+        cdef Py_buffer views[2]
+        cdef int nheld = 0, nfields
+        cdef bint packed = True, is_root, gather = coll == GATHER
+        cdef bint in_place = own_spec is None or own_spec is pyMPI.IN_PLACE
+        cdef Py_ssize_t i, p = self.size, r = self.rank, size
+        cdef Py_ssize_t *cnt = self.counts
+        cdef Py_ssize_t *dis = cnt + p
+        cdef Py_ssize_t *at = cnt + 2 * p
+        cdef char *staged = NULL
+        cdef int64_t *fields
+        cdef _Plan pl
+        if type(root) is not int or not 0 <= root < p or not self.ready():
+            return False
+        is_root = root == r
+        if in_place and not is_root:
+            return False
+        try:
+            if is_root:
+                if not vector_spec(whole_spec, gather, p, cnt, dis, &whole, &views[0], &nheld):
+                    return False
+                packed = packed_offsets(p, cnt, dis, at)
+                staged = (whole.ptr if packed
+                          else self.scratch(True, (at[p - 1] + cnt[p - 1]) * whole.size))
+                if in_place:
+                    # Gather sends the own block from where it lies; Scatter's stays there.
+                    own = whole
+                    own.count = cnt[r]
+                    own.ptr = (whole.ptr + dis[r] * whole.size if gather
+                               else staged + at[r] * whole.size)
+                elif (not resolve(own_spec, not gather, 1, True, &own, &views[nheld], &nheld)
+                      or own.dtype != whole.dtype or own.count != cnt[r] or shares(&own, &whole)):
+                    return False
+            else:
+                if not resolve(own_spec, not gather, 1, True, &own, &views[0], &nheld):
+                    return False
+                for i in range(p):
+                    cnt[i] = own.count if i == r else -1
+            size = own.size
+            bcounts = self.byte_counts(size)
+            pl = self.plan(coll, algorithm, (coll, algorithm, bcounts, root), cnt[r] * p,
+                           cnt[r] * size * p, False, (bcounts, root))
+            if pl is None:
+                return False
+            nfields = self.block_fields(<int>root, size, 0, cnt)
+            fields = self.fields()
+            for i in range(p):
+                if cnt[i] < 0:
+                    fields[2 + i] = UNKNOWN
+            self.agree(coll, pl, nfields, ("root", "itemsize"), True)
+            if gather:
+                self.launch(coll, pl, staged, own.ptr, BYTE_CODE, 0)
+                if not packed:
+                    move_blocks(whole.ptr, dis, staged, at, cnt, p, size)
+            else:
+                if not packed:
+                    move_blocks(staged, at, whole.ptr, dis, cnt, p, size)
+                self.launch(coll, pl, own.ptr, staged, BYTE_CODE, 0)
+            self.done(pl)
+            return True
+        finally:
+            release(views, nheld)
+
+    def gatherv(self, sendbuf, recvbuf, root, algorithm):
+        """Gatherv; False to leave the call to the general path."""
+        return self.rooted_vector(GATHER, recvbuf, sendbuf, root, algorithm)
+
+    def scatterv(self, sendbuf, recvbuf, root, algorithm):
+        """Scatterv; False to leave the call to the general path."""
+        return self.rooted_vector(SCATTER, sendbuf, recvbuf, root, algorithm)
+
+
+cdef class Queued:
+    """A nonblocking call as the job the progress thread runs: the fast path's method runs it
+    there with the call's cached plan (no job built), else the general path's job does."""
+    cdef Fast fast
+    cdef object method, args, builder, extra
+
+    def __init__(self, Fast fast, method, tuple args, builder, tuple extra=()):
+        """``getattr(fast, method)(*args)``, else ``builder(owner, *args, *extra)()``."""
+        self.fast, self.method, self.args, self.builder, self.extra = fast, method, args, builder, extra
+
+    def __call__(self):
+        """Run the call; the progress thread calls it when the call's turn comes."""
+        self.fast.queue_thread = PyThread_get_thread_ident()
+        try:
+            if not getattr(self.fast, self.method)(*self.args):
+                self.builder(self.fast.owner, *self.args, *self.extra)()
+        finally:
+            self.fast.queue_thread = 0

@@ -31,7 +31,7 @@ def _rank():
 
     if MPI.Is_initialized() and not MPI.Is_finalized():
         return MPI.COMM_WORLD.Get_rank()
-    return os.environ.get("PMI_RANK", "?")
+    return os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "?"))
 
 
 def abort(exc_type, exc, tb, thread=None):

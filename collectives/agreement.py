@@ -40,6 +40,10 @@ forced fused algorithm still runs it: it is that algorithm).  The exchange check
 arguments that every rank must share, not the data: it cannot tell a wrong buffer of the
 right size.  The nonblocking forms run the same jobs, so they use the same exchange.
 
+Under the stall watchdog (``comm.timeout``) the vector goes instead through the watchdog's
+watched all-reduce (``watchdog.agree_max``), so a rank that never arrives is named, and
+``auto`` takes no fused form; every rank of a communicator must then set the same limit.
+
 A rank with bad arguments.  Its own ValueError or TypeError is kept; it still takes part in
 the agreement with the error flag set (the ``agreed`` decorator), so the others learn that
 something was wrong and raise "invalid arguments on another rank" instead of waiting for it
@@ -51,6 +55,7 @@ import numpy as np
 
 from . import exchange, kernels
 from .registry import ALGORITHMS, choices
+from .watchdog import agree_max
 
 try:
     from ._engine import exchange as _native_exchange
@@ -82,7 +87,10 @@ def agree(comm, collective, algo, error=False, payload=None, **fields):
     hi = head + [-unknown if v is None else int(v) for v in values]
     lo = head[1:] + [unknown if v is None else int(v) for v in values]
     both = np.array(hi + [-v for v in lo], dtype=np.int64)
-    _exchange(comm._coll, both, *(payload or ()))
+    if comm.timeout and payload is None:
+        agree_max(comm, both, collective)
+    else:
+        _exchange(comm._coll, both, *(payload or ()))
     hi, lo = both[1:len(hi)], -both[len(hi):]
     if both[0]:
         if error:
@@ -102,9 +110,9 @@ def disagreement(collective, keys, lo, hi):
         called = list(ALGORITHMS)
         return (f"arguments differ across ranks: collective ranges {called[lo[0]]}..{called[hi[0]]} "
                 "(ranks called different collectives)")
-    # Fields mean something only between ranks running the same collective and algorithm
-    # (a native call agrees on none), and ranks differing there may have different keys.
-    if lo[1] != hi[1]:
+    # Every algorithm of a collective compares the same fields; a native call compares none,
+    # so fields count only when no rank took it (it is the last index of ``choices``).
+    if hi[1] == len(choices(collective)) - 1 and lo[1] != hi[1]:
         keys = keys[:2]
     bad = [f"{k} ranges {lo[i]}..{hi[i]}" for i, k in enumerate(keys) if lo[i] != hi[i]]
     if lo[0] == hi[0] and lo[1] != hi[1]:

@@ -32,9 +32,11 @@ table; the work is done by:
 * ``collectives.transport``: ``Push``, ``Receive``, ``Pull`` and ``Serve`` on the private
   duplicate.
 
-Blocking methods first try the fast path (``collectives._engine.Fast``): plain buffers and
-buffer specs resolved in Cython, a cached plan, the same agreement in C, one ``nogil`` run;
-whatever it does not handle falls through to the jobs.  A schedule that fails part-way
+Every method first tries the fast path (``collectives._engine.Fast``): plain buffers and
+buffer specs (v-variants' ``[buf, (counts, displs), datatype]`` too) resolved in Cython, a
+cached plan, the same agreement in C, one ``nogil`` run; whatever it does not handle falls
+through to the jobs.  A nonblocking method queues a ``_engine.Queued`` on the progress
+thread, which there runs the fast path, or the job when the fast path declines.  A schedule that fails part-way
 leaves no request open and marks the Comm unusable: later calls raise RuntimeError naming
 the collective, step and rank of that failure.
 """
@@ -43,16 +45,16 @@ import os
 
 from mpi4py import MPI
 
-from . import jobs, node, transport
+from . import jobs, node, transport, watchdog
 from .derived import derived
-from .executor import NATIVE, TAG, plan_fast, run, start
+from .executor import EXPLAIN, NATIVE, TAG, explain, plan_fast, run, start
 from .ops import OP_NAMES
 from .registry import ALGORITHMS, resolve_name
 
 try:
-    from ._engine import Fast
+    from ._engine import Fast, Queued
 except ImportError:
-    Fast = None
+    Fast = Queued = None
 
 
 class Comm:
@@ -69,9 +71,15 @@ class Comm:
         ``last_algorithm`` holds the name chosen by this rank's latest collective call.
     check : bool, optional
         Agree across ranks on arguments before each collective (default: COLLECTIVES_CHECK, on).
+    timeout : float, optional
+        The stall watchdog (``collectives.watchdog``): seconds a collective or primitive may
+        wait without progress before it raises StallError, or aborts the job (default:
+        COLLECTIVES_TIMEOUT; 0: off).  Set it alike on every rank.
+    on_timeout : {"raise", "abort"}, optional
+        What a stall does (default: COLLECTIVES_TIMEOUT_MODE, else "raise").
     """
 
-    def __init__(self, comm=None, *, algorithms=None, check=None):
+    def __init__(self, comm=None, *, algorithms=None, check=None, timeout=None, on_timeout=None):
         self.comm = MPI.COMM_WORLD if comm is None else comm
         if isinstance(self.comm, Comm):
             self.comm = self.comm.comm
@@ -92,15 +100,26 @@ class Comm:
         if check is None:
             check = os.environ.get("COLLECTIVES_CHECK", "1") not in ("", "0")
         self.check = bool(check)
+        self.timeout, self.on_timeout = watchdog.settings(timeout, on_timeout)
+        self._jobs = 0  # collectives run as jobs (the fast path counts its own): call numbers
         self._scratch = {}  # executor.buffer's reused buffers, by purpose
         self._progress = None  # the thread running nonblocking collectives, once one starts
         self._owned = False  # whether Free also frees ``comm`` (made by Dup, Split, ...)
         self._nodes = None  # collectives.node.Nodes, built by the first node-aware all-reduce
         # Set to the first failure's description when a schedule fails mid-way.
         self._broken = None
-        # The fast path reads and sets _broken, _progress, check and last_algorithm here.
+        # The fast path reads and sets _broken, _progress, check and last_algorithm here; it
+        # caches choices per call shape, so COLLECTIVES_EXPLAIN (a line per call) goes without.
         self._fast = (Fast(self._coll, self, functools.partial(plan_fast, self),
-                           [TAG[c] for c in ALGORITHMS], list(ALGORITHMS)) if NATIVE else None)
+                           [TAG[c] for c in ALGORITHMS], list(ALGORITHMS)) if NATIVE and not EXPLAIN else None)
+        if self.timeout:
+            if self._fast is not None:
+                self._fast.watch(self.timeout)
+            # Finding the nodes takes MPI's own collectives (Split_type), which no watchdog can
+            # give up on; the constructor is collective anyway, so the first all-reduce is not.
+            self._nodes = node.discover(self)
+
+    _stalled = watchdog.stalled
 
     def __getattr__(self, name):
         if name.startswith("_") or name == "comm":
@@ -132,6 +151,8 @@ class Comm:
         if self._owned and self.comm != MPI.COMM_NULL:
             self.comm.Free()
 
+    explain = explain
+
     def Get_rank(self):
         """Rank of this process."""
         return self.rank
@@ -152,126 +173,152 @@ class Comm:
 
     # ---- collectives: the fast path first, else a job (collectives.jobs) ------------------
 
+    def _start(self, method, builder, args, extra=()):
+        """Queue a nonblocking call: ``Fast.<method>(*args)`` on the progress thread, else the
+        job ``builder(self, *args, *extra)`` (built here when ``method`` is None); its Request."""
+        if self._fast is None or method is None:
+            return start(self, builder(self, *args, *extra))
+        return start(self, Queued(self._fast, method, args, builder, extra))
+
+    def _general(self, method, builder, args, extra=()):
+        """Run a blocking call the fast path declined: behind pending nonblocking calls, where
+        ``Fast.<method>`` gets its turn (declining only because it had to wait), else now."""
+        if method is not None and self._progress is not None and self._progress.busy():
+            self._start(method, builder, args, extra).wait()
+        else:
+            run(self, builder(self, *args, *extra))
+
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op`` into ``recvbuf`` of every rank."""
         if self._nodes is not node.FLAT and node.allreduce(self, sendbuf, recvbuf, op, algorithm):
             return
         if self._fast is not None and self._fast.allreduce(sendbuf, recvbuf, op, algorithm):
             return
-        run(self, jobs.allreduce(self, sendbuf, recvbuf, op, algorithm))
+        self._general("allreduce", jobs.allreduce, (sendbuf, recvbuf, op, algorithm))
 
     def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
         """Nonblocking Allreduce; returns a Request."""
-        return start(self, jobs.allreduce(self, sendbuf, recvbuf, op, algorithm))
+        return self._start("allreduce", jobs.allreduce, (sendbuf, recvbuf, op, algorithm))
 
     def Bcast(self, buf, root=0, algorithm=None):
         """Broadcast ``buf`` of rank ``root`` into ``buf`` of every rank."""
         if self._fast is not None and self._fast.bcast(buf, root, algorithm):
             return
-        run(self, jobs.bcast(self, buf, root, algorithm))
+        self._general("bcast", jobs.bcast, (buf, root, algorithm))
 
     def Ibcast(self, buf, root=0, algorithm=None):
         """Nonblocking Bcast; returns a Request."""
-        return start(self, jobs.bcast(self, buf, root, algorithm))
+        return self._start("bcast", jobs.bcast, (buf, root, algorithm))
 
     def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, root=0, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op`` into ``recvbuf`` of rank ``root``."""
         if self._fast is not None and self._fast.reduce(sendbuf, recvbuf, op, root, algorithm):
             return
-        run(self, jobs.reduce(self, sendbuf, recvbuf, op, root, algorithm))
+        self._general("reduce", jobs.reduce, (sendbuf, recvbuf, op, root, algorithm))
 
     def Ireduce(self, sendbuf, recvbuf, op=MPI.SUM, root=0, algorithm=None):
         """Nonblocking Reduce; returns a Request."""
-        return start(self, jobs.reduce(self, sendbuf, recvbuf, op, root, algorithm))
+        return self._start("reduce", jobs.reduce, (sendbuf, recvbuf, op, root, algorithm))
 
     def Allgather(self, sendbuf, recvbuf, algorithm=None):
         """Gather ``sendbuf`` of every rank, in rank order, into ``recvbuf`` of every rank."""
         if self._fast is not None and self._fast.allgather(sendbuf, recvbuf, algorithm):
             return
-        run(self, jobs.allgather(self, sendbuf, recvbuf, algorithm, vector=False))
+        self._general("allgather", jobs.allgather, (sendbuf, recvbuf, algorithm), (False,))
 
     def Iallgather(self, sendbuf, recvbuf, algorithm=None):
         """Nonblocking Allgather; returns a Request."""
-        return start(self, jobs.allgather(self, sendbuf, recvbuf, algorithm, vector=False))
+        return self._start("allgather", jobs.allgather, (sendbuf, recvbuf, algorithm), (False,))
 
     def Allgatherv(self, sendbuf, recvbuf, algorithm=None):
         """Allgather with per-rank counts: ``recvbuf`` is [buf, (counts, displs), datatype]."""
-        run(self, jobs.allgather(self, sendbuf, recvbuf, algorithm, vector=True))
+        if self._fast is not None and self._fast.allgatherv(sendbuf, recvbuf, algorithm):
+            return
+        self._general("allgatherv", jobs.allgather, (sendbuf, recvbuf, algorithm), (True,))
 
     def Iallgatherv(self, sendbuf, recvbuf, algorithm=None):
         """Nonblocking Allgatherv; returns a Request."""
-        return start(self, jobs.allgather(self, sendbuf, recvbuf, algorithm, vector=True))
+        return self._start("allgatherv", jobs.allgather, (sendbuf, recvbuf, algorithm), (True,))
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op``; rank i receives block i."""
         if self._fast is not None and self._fast.reduce_scatter(sendbuf, recvbuf, None, op, algorithm):
             return
-        run(self, jobs.reduce_scatter(self, sendbuf, recvbuf, None, op, algorithm, "Reduce_scatter_block"))
+        self._general("reduce_scatter", jobs.reduce_scatter, (sendbuf, recvbuf, None, op, algorithm),
+                      ("Reduce_scatter_block",))
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op``; rank i receives ``recvcounts[i]`` elements."""
         if (self._fast is not None and recvcounts is not None
                 and self._fast.reduce_scatter(sendbuf, recvbuf, recvcounts, op, algorithm)):
             return
-        run(self, jobs.reduce_scatter(self, sendbuf, recvbuf, recvcounts, op, algorithm, "Reduce_scatter"))
+        # Without counts the job gathers them first, a collective that queues behind pending
+        # ones: it cannot run on the progress thread itself, so its job is built here.
+        self._general(None if recvcounts is None else "reduce_scatter", jobs.reduce_scatter,
+                      (sendbuf, recvbuf, recvcounts, op, algorithm), ("Reduce_scatter",))
 
     def Ireduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
         """Nonblocking Reduce_scatter_block; returns a Request."""
-        return start(self, jobs.reduce_scatter(self, sendbuf, recvbuf, None, op, algorithm,
-                                               "Reduce_scatter_block"))
+        return self._start("reduce_scatter", jobs.reduce_scatter, (sendbuf, recvbuf, None, op, algorithm),
+                           ("Reduce_scatter_block",))
 
     def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM, algorithm=None):
         """Nonblocking Reduce_scatter; returns a Request."""
-        return start(self, jobs.reduce_scatter(self, sendbuf, recvbuf, recvcounts, op, algorithm,
-                                               "Reduce_scatter"))
+        # Without counts the job is built here, as for Reduce_scatter.
+        return self._start(None if recvcounts is None else "reduce_scatter", jobs.reduce_scatter,
+                           (sendbuf, recvbuf, recvcounts, op, algorithm), ("Reduce_scatter",))
 
     def Gather(self, sendbuf, recvbuf, root=0, algorithm=None):
         """Gather ``sendbuf`` of every rank, in rank order, into ``recvbuf`` of rank ``root``."""
         if self._fast is not None and self._fast.gather(sendbuf, recvbuf, root, algorithm):
             return
-        run(self, jobs.gather(self, sendbuf, recvbuf, root, algorithm, vector=False))
+        self._general("gather", jobs.gather, (sendbuf, recvbuf, root, algorithm), (False,))
 
     def Gatherv(self, sendbuf, recvbuf, root=0, algorithm=None):
         """Gather with per-rank counts given at the root: [buf, (counts, displs), datatype]."""
-        run(self, jobs.gather(self, sendbuf, recvbuf, root, algorithm, vector=True))
+        if self._fast is not None and self._fast.gatherv(sendbuf, recvbuf, root, algorithm):
+            return
+        self._general("gatherv", jobs.gather, (sendbuf, recvbuf, root, algorithm), (True,))
 
     def Scatter(self, sendbuf, recvbuf, root=0, algorithm=None):
         """Scatter block i of ``sendbuf`` at rank ``root`` to ``recvbuf`` of rank i."""
         if self._fast is not None and self._fast.scatter(sendbuf, recvbuf, root, algorithm):
             return
-        run(self, jobs.scatter(self, sendbuf, recvbuf, root, algorithm, vector=False))
+        self._general("scatter", jobs.scatter, (sendbuf, recvbuf, root, algorithm), (False,))
 
     def Scatterv(self, sendbuf, recvbuf, root=0, algorithm=None):
         """Scatter with per-rank counts given at the root: [buf, (counts, displs), datatype]."""
-        run(self, jobs.scatter(self, sendbuf, recvbuf, root, algorithm, vector=True))
+        if self._fast is not None and self._fast.scatterv(sendbuf, recvbuf, root, algorithm):
+            return
+        self._general("scatterv", jobs.scatter, (sendbuf, recvbuf, root, algorithm), (True,))
 
     def Barrier(self, algorithm=None):
         """Block until every rank has entered the barrier."""
         if self._fast is not None and self._fast.barrier(algorithm):
             return
-        run(self, jobs.barrier(self, algorithm))
+        self._general("barrier", jobs.barrier, (algorithm,))
 
     def Ibarrier(self, algorithm=None):
         """Nonblocking Barrier; returns a Request."""
-        return start(self, jobs.barrier(self, algorithm))
+        return self._start("barrier", jobs.barrier, (algorithm,))
 
     # ---- point-to-point on the private communicator (collectives.transport) ---------------
 
     def Push(self, buf, dest):
         """Start sending ``buf`` to rank ``dest``, where ``Receive`` takes it; returns a Request."""
-        return transport.push(self._coll, buf, dest)
+        return transport.push(self._coll, buf, dest, self)
 
     def Receive(self, buf, source=MPI.ANY_SOURCE):
         """Start receiving one ``Push`` of exactly the size of ``buf``; returns a Request."""
-        return transport.receive(self._coll, buf, source)
+        return transport.receive(self._coll, buf, source, self)
 
     def Pull(self, buf, owner):
         """Start fetching into ``buf`` what rank ``owner`` serves; returns a Request."""
-        return transport.pull(self._coll, buf, owner)
+        return transport.pull(self._coll, buf, owner, self)
 
     def Serve(self, buf, source=MPI.ANY_SOURCE):
         """Answer one ``Pull`` with ``buf``; returns the rank that asked."""
-        return transport.serve(self._coll, buf, source)
+        return transport.serve(self._coll, buf, source, self)
 
     def Wait(self, requests):
         """Complete every request in ``requests`` (point-to-point or collective)."""

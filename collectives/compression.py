@@ -7,20 +7,20 @@ describes the layout (length, dtype, seed, scale), is the same on every rank, an
 sent.  ``allreduce(comm, grad, compressor, state)`` sums a gradient over the ranks through a
 compressor.  Every kernel is from collectives.kernels (native C, or the NumPy twin).
 
-=============  =================================================  ========  ==============
-name           payload                                            unbiased  error feedback
-=============  =================================================  ========  ==============
-none           the values                                         yes       -
-fp16           float16(x * scale); summed in float16 (Allreduce)  no [1]    off
-int8           int8 per element + one scale per bucket            yes [2]   off
-qsgd           s-level int8 per element + L2 norm per bucket      yes       off
-sign           1 bit per element + mean |x| per bucket            no        on
-topk           k (index, value) pairs of largest |x|              no        on
-dgc            <= k pairs above a sampled threshold               no        on
-threshold      (index, value) pairs with |x| >= t                 no        on
-randk          ~k values at indices drawn from a shared seed;     no [3]    on
-               summed with Allreduce, indices never sent
-=============  =================================================  ========  ==============
+=============  ===============================================  ========  ==============  ============
+name           payload                                          unbiased  error feedback  shape
+=============  ===============================================  ========  ==============  ============
+none           the values                                       yes       -               sum
+fp16           float16(x * scale)                               no [1]    off             requantize
+int8           int8 per element + one scale per bucket          yes [2]   off             requantize
+qsgd           s-level int8 per element + L2 norm per bucket    yes       off             requantize
+sign           1 bit per element + mean |x| per bucket          no        on              requantize
+topk           k (index, value) pairs of largest |x|            no        on              sparse
+dgc            <= k pairs above a sampled threshold             no        on              sparse
+threshold      (index, value) pairs with |x| >= t               no        on              sparse
+randk          ~k values at indices drawn from a shared seed;   no [3]    on              sum
+               indices never sent
+=============  ===============================================  ========  ==============  ============
 
 [1] round to nearest: error at most 2^-11 relative, not zero-mean in general.
 [2] with ``stochastic=True`` (the default); round-to-nearest int8 is biased.
@@ -37,13 +37,28 @@ guarantees: nothing is lost, only delayed -- after T steps the sum of what was s
 the sum of the gradients minus the current residual, and the residual stays bounded
 (by the compressor's per-call error: a bucket's step for int8/qsgd, |v| - mean|v| for sign,
 the dropped entries for the sparsifiers), which is what lets EF-SGD converge like SGD.
+
+The all-reduce's shape keeps the bytes each rank sends below about twice the payload of the
+whole vector at any rank count p (``allreduce``'s ``Stats`` report them, with the time
+spent compressing, communicating and decompressing):
+
+* requantize: a reduce-scatter of compressed chunks, each owner decoding and summing its
+  chunk and compressing the sum again (with its own error-feedback residual), then an
+  all-gather of those; 2 (p - 1) / p of the payload per rank, as 1-bit Adam's all-reduce.
+* sparse: an all-gather of (index, value) pairs while all ranks' pairs together take fewer
+  bytes than a dense sum, otherwise a dense reduce-scatter/all-gather of the scattered pairs.
+* sum: a reduce-scatter/all-gather of the payload's values as they are (random-k's values at
+  the shared positions; none's whole vector).
 """
+import contextlib
+import time
 import warnings
 
 import numpy as np
 from mpi4py import MPI
 
 from . import kernels
+from .comm import wrap
 from ._payload import nbuckets, sign_nbytes
 
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -62,7 +77,9 @@ class Compressor:
     name = "none"
     unbiased = True
     feedback = False        # error feedback on by default
-    summable = True         # payloads of all ranks may be summed elementwise (Allreduce)
+    shape = "sum"           # the all-reduce's shape: "requantize", "sum" or "sparse" (allreduce)
+    unit = 1                # chunks of the reduce-scatter hold multiples of this many elements
+    overflows = False       # a payload can overflow (fp16): the all-reduce checks and falls back
     shared_seed = False     # every rank must draw the same random numbers
 
     def __init__(self, seed=0, error_feedback=None):
@@ -122,7 +139,8 @@ class FP16(Compressor):
 
     name = "fp16"
     unbiased = False
-    summable = True
+    shape = "requantize"
+    overflows = True
 
     def __init__(self, scale=1.0, **kw):
         super().__init__(**kw)
@@ -144,13 +162,13 @@ class FP16(Compressor):
 class _Bucketed(Compressor):
     """A quantizer with one scale per bucket of ``bucket`` elements."""
 
-    summable = False
+    shape = "requantize"
 
     def __init__(self, bucket=512, **kw):
         super().__init__(**kw)
         if bucket < 1:
             raise ValueError(f"{self.name}: bucket must be >= 1, got {bucket}")
-        self.bucket = int(bucket)
+        self.bucket = self.unit = int(bucket)
 
     def _scales(self, x):
         return np.empty(nbuckets(len(x), self.bucket), x.dtype)
@@ -233,7 +251,7 @@ class _Sparse(Compressor):
 
     unbiased = False
     feedback = True
-    summable = False
+    shape = "sparse"
 
     def compress(self, x, residual=None, seed=0):
         """(payload = (idx, vals), ctx); the residual keeps what was not selected."""
@@ -306,7 +324,6 @@ class RandK(Compressor):
     """About k = ratio * n values at positions drawn from a seed all ranks share (indices never sent)."""
 
     name = "randk"
-    summable = True
     shared_seed = True
     feedback = True
 
@@ -339,10 +356,14 @@ COMPRESSORS = {c.name: c for c in (Compressor, FP16, Int8, QSGD, Sign, TopK, DGC
 
 
 class ErrorFeedback:
-    """Residual state of error feedback for one gradient: what compression has not yet sent."""
+    """Residual state of error feedback for one gradient: what compression has not yet sent.
+
+    ``residual`` is this rank's, of the whole gradient; ``server`` is what the re-quantization
+    of the chunk [``server_span``) this rank sums in the reduce-scatter has not yet sent.
+    """
 
     def __init__(self):
-        self.residual = None
+        self.residual = self.server = self.server_span = None
 
     def residual_for(self, x):
         """The residual matching ``x`` (zeros on first use or when x's shape or dtype changed)."""
@@ -351,13 +372,43 @@ class ErrorFeedback:
         return self.residual
 
 
-def allreduce(comm, grad, compressor, state=None, average=False):
+    def server_for(self, lo, hi, dtype):
+        """The residual of this rank's re-quantization of the summed chunk [lo, hi)."""
+        if self.server is None or self.server_span != (lo, hi) or self.server.dtype != dtype:
+            self.server, self.server_span = np.zeros(hi - lo, dtype), (lo, hi)
+        return self.server
+
+
+class Stats:
+    """What one compressed all-reduce did on this rank: its shape, the bytes it sent to other
+    ranks, and seconds spent compressing, communicating and decompressing."""
+
+    __slots__ = ("shape", "wire_bytes", "compress_s", "communicate_s", "decompress_s")
+
+    def __init__(self, shape):
+        self.shape, self.wire_bytes = shape, 0
+        self.compress_s = self.communicate_s = self.decompress_s = 0.0
+
+    def __repr__(self):
+        return (f"<Stats {self.shape}: {self.wire_bytes} B sent, compress {self.compress_s * 1e3:.3f} ms, "
+                f"communicate {self.communicate_s * 1e3:.3f} ms, decompress {self.decompress_s * 1e3:.3f} ms>")
+
+    @contextlib.contextmanager
+    def timing(self, phase):
+        """Add the block's wall time to ``<phase>_s``."""
+        t = time.perf_counter()
+        yield
+        setattr(self, f"{phase}_s", getattr(self, f"{phase}_s") + time.perf_counter() - t)
+
+
+def allreduce(comm, grad, compressor, state=None, average=False, report=None):
     """Sum (or average) ``grad`` over ``comm`` through ``compressor``; returns (result, state).
 
     Parameters
     ----------
-    comm : collectives.Comm
-        The communicator; its Allgather(v) carry the payloads, its Allreduce the summable ones.
+    comm : collectives.Comm or mpi4py.MPI.Intracomm
+        The communicator.  An Alltoallv on its private duplicate carries the payloads (and
+        an Allgather the sparse counts), so every byte sent is one this call counts.
     grad : ndarray of float32 or float64
         This rank's gradient (any shape, contiguous).  Not modified.
     compressor : Compressor or str
@@ -367,8 +418,11 @@ def allreduce(comm, grad, compressor, state=None, average=False):
         error feedback and None is passed.  Pass back what this call returns.
     average : bool
         Divide the sum by the number of ranks.
+    report : callable, optional
+        Called with this call's ``Stats``, which is also left in ``compressor.last``.
 
-    Every rank adds the payloads in rank order, so all ranks hold the same bits.
+    The shape follows ``compressor.shape`` (see the module docstring).  Every rank decodes
+    the same payloads in the same order, so all ranks hold the same bits.
     """
     if isinstance(compressor, str):
         compressor = COMPRESSORS[compressor]()
@@ -377,46 +431,156 @@ def allreduce(comm, grad, compressor, state=None, average=False):
     p, rank = comm.Get_size(), comm.Get_rank()
     if state is None and compressor.error_feedback:
         state = ErrorFeedback()
-    residual = state.residual_for(g) if state is not None else None
-    payload, ctx = compressor.compress(g, residual, compressor.next_seed(rank))
-    out = np.zeros_like(g)
-    if compressor.summable:
-        if ctx.get("overflow") is not None and comm.allreduce(int(ctx["overflow"]), op=MPI.MAX):
-            warnings.warn(f"{compressor.name}: gradient overflowed float16 at scale "
-                          f"{ctx['scale']}; this step is sent uncompressed", RuntimeWarning)
-            comm.Allreduce(g, out)
-            if residual is not None:
-                residual[...] = 0
-        else:
-            for part in payload:
-                comm.Allreduce(MPI.IN_PLACE, part)
-            compressor.decompress_add(out, payload, ctx)
-    else:
-        for part in _allgather_payloads(comm, payload):
-            compressor.decompress_add(out, part, ctx)
+    stats = Stats(compressor.shape)
+    seed = compressor.next_seed(rank)
+    out = _SHAPES[compressor.shape](comm, g, compressor, state, seed, stats)
     if average and p > 1:
         out /= out.dtype.type(p)
+    compressor.last = stats
+    if report is not None:
+        report(stats)
     return out.reshape(grad.shape), state
 
 
-def _allgather_payloads(comm, payload):
-    """Every rank's payload, in rank order, through one Allgatherv of bytes."""
-    p = comm.Get_size()
-    lengths = np.array([len(a) for a in payload], np.int64)
-    table = np.empty((p, len(payload)), np.int64)
-    comm.Allgather(lengths, table)
-    sizes = [np.dtype(a.dtype).itemsize for a in payload]
-    counts = [int(sum(l * s for l, s in zip(row, sizes))) for row in table]
-    send = np.concatenate([a.view(np.uint8) for a in payload]) if payload else np.empty(0, np.uint8)
-    recv = np.empty(sum(counts), np.uint8)
-    displs = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(int).tolist()
-    comm.Allgatherv(send, [recv, (counts, displs), MPI.BYTE])
-    parts = []
-    for r in range(p):
-        at, arrays = displs[r], []
-        for a, length, size in zip(payload, table[r], sizes):
-            arr = recv[at:at + length * size].view(a.dtype)
-            arrays.append(arr if arr.flags.aligned else arr.copy())
-            at += length * size
-        parts.append(tuple(arrays))
-    return parts
+def chunks(n, p, unit=1):
+    """Bounds (p + 1 offsets) of p chunks of ``n`` elements, cut at multiples of ``unit``
+    (a quantizer's bucket, so chunks hold whole buckets), the first ones one unit longer."""
+    base, extra = divmod(-(-n // unit), p)
+    units = np.full(p, base, np.int64)
+    units[:extra] += 1
+    return np.minimum(np.concatenate(([0], np.cumsum(units))) * unit, n)
+
+
+def _chunk_seed(seed, j):
+    return _mix64((seed + (j + 1) * _GOLDEN) & _MASK)
+
+
+def _pack(payload):
+    """One byte array of the payload's arrays, end to end."""
+    return np.concatenate([a.view(np.uint8) for a in payload]) if payload else np.empty(0, np.uint8)
+
+
+def _unpack(buf, like):
+    """The arrays ``buf`` packs, with the dtypes and lengths of the payload ``like``."""
+    at, arrays = 0, []
+    for a in like:
+        arr = buf[at:at + a.nbytes].view(a.dtype)
+        arrays.append(arr if arr.flags.aligned else arr.copy())
+        at += a.nbytes
+    return tuple(arrays)
+
+
+def _exchange(comm, stats, send, sendcounts, sdispls, recvcounts):
+    """Alltoallv of bytes on the private duplicate, block j of ``send`` to rank j; the received
+    blocks in rank order.  The bytes sent to other ranks go to ``stats``."""
+    coll = wrap(comm)._coll
+    rank = coll.Get_rank()
+    recv = np.empty(int(sum(recvcounts)), np.uint8)
+    rdispls = np.concatenate(([0], np.cumsum(recvcounts)[:-1])).astype(np.int64)
+    with stats.timing("communicate"):
+        coll.Alltoallv([send, (list(map(int, sendcounts)), list(map(int, sdispls))), MPI.BYTE],
+                       [recv, (list(map(int, recvcounts)), rdispls.tolist()), MPI.BYTE])
+    stats.wire_bytes += int(sum(sendcounts)) - int(sendcounts[rank])
+    return [recv[d:d + c] for d, c in zip(rdispls, recvcounts)]
+
+
+def _requantize(comm, v, compressor, state, seed, stats):
+    """Reduce-scatter then all-gather of ``v`` in compressed chunks (1-bit Adam's shape).
+
+    Phase 1, reduce-scatter: chunk j of every rank, compressed (with this rank's residual),
+    goes to rank j, which decodes and sums the p of them in rank order.  Phase 2, all-gather:
+    rank j compresses its summed chunk again (with error feedback on that re-quantization
+    when the compressor uses it: the residual ``state.server``) and sends it to every rank;
+    every rank decodes all p.  Each rank sends p - 1 chunk payloads per phase: about twice
+    the payload of the whole vector, whatever p is.
+    """
+    p, rank = comm.Get_size(), comm.Get_rank()
+    at = chunks(len(v), p, compressor.unit)
+    residual = state.residual_for(v) if state is not None else None
+    with stats.timing("compress"):
+        parts = [compressor.compress(v[at[j]:at[j + 1]], None if residual is None else residual[at[j]:at[j + 1]],
+                                     _chunk_seed(seed, j)) for j in range(p)]
+    sizes = np.array([sum(a.nbytes for a in payload) for payload, _ in parts], np.int64)
+    mine, ctx = parts[rank]
+    got = _exchange(comm, stats, _pack([a for payload, _ in parts for a in payload]), sizes,
+                    np.concatenate(([0], np.cumsum(sizes)[:-1])), np.full(p, sizes[rank]))
+    acc = np.zeros(at[rank + 1] - at[rank], v.dtype)
+    with stats.timing("decompress"):
+        for buf in got:
+            compressor.decompress_add(acc, _unpack(buf, mine), ctx)
+    server = state.server_for(at[rank], at[rank + 1], v.dtype) if state is not None else None
+    with stats.timing("compress"):
+        summed, _ = compressor.compress(acc, server, _chunk_seed(~seed & _MASK, rank))
+    got = _exchange(comm, stats, _pack(summed), np.full(p, sizes[rank]), np.zeros(p, np.int64), sizes)
+    out = np.zeros_like(v)
+    with stats.timing("decompress"):
+        for j, buf in enumerate(got):
+            compressor.decompress_add(out[at[j]:at[j + 1]], _unpack(buf, parts[j][0]), parts[j][1])
+    return out
+
+
+def _quantized(comm, g, compressor, state, seed, stats):
+    """The reduce-scatter/all-gather of ``g``; fp16 overflow makes every rank redo it exactly."""
+    out = _requantize(comm, g, compressor, state, seed, stats)
+    # An overflow anywhere (a rank's chunk or an owner's sum) reaches every rank as inf in the
+    # same decoded bits, so all ranks take this branch together without a message.
+    if compressor.overflows and not np.isfinite(out).all() and np.isfinite(g).all():
+        warnings.warn(f"{compressor.name}: the sum overflowed float16 at scale {compressor.scale}; "
+                      "this step is sent uncompressed", RuntimeWarning)
+        out = _requantize(comm, g, Compressor(), None, seed, stats)
+        if state is not None:
+            state.residual[...] = 0
+            state.server[...] = 0
+    return out
+
+
+def _summed(comm, g, compressor, state, seed, stats):
+    """Compress the whole vector (random-k: the values at the shared positions), sum the
+    payload's values with the uncompressed reduce-scatter/all-gather, decode the sum once."""
+    residual = state.residual_for(g) if state is not None else None
+    with stats.timing("compress"):
+        (vals,), ctx = compressor.compress(g, residual, seed)
+    total = _requantize(comm, vals, Compressor(), None, seed, stats)
+    out = np.zeros_like(g)
+    with stats.timing("decompress"):
+        compressor.decompress_add(out, (total,), ctx)
+    return out
+
+
+def _sparse(comm, g, compressor, state, seed, stats):
+    """Sparse all-gather of (index, value) pairs, or a dense reduce-scatter once they are dense.
+
+    Every rank learns all counts first (one Allgather).  If the pairs of all ranks, an upper
+    bound on the union of indices, would take more bytes than the dense reduce-scatter/
+    all-gather of values (total * pair > 2 n itemsize), each rank scatters its pairs into a
+    dense vector and that is summed instead; otherwise each rank sends its pairs to every
+    other rank (indices as uint32 when n allows) and every rank adds them up in rank order.
+    """
+    p, n = comm.Get_size(), len(g)
+    residual = state.residual_for(g) if state is not None else None
+    with stats.timing("compress"):
+        (idx, vals), ctx = compressor.compress(g, residual, seed)
+    counts = np.empty(p, np.int64)
+    with stats.timing("communicate"):
+        wrap(comm)._coll.Allgather(np.array([len(idx)], np.int64), counts)
+    stats.wire_bytes += 8 * (p - 1)
+    index = np.dtype(np.uint32 if n <= 2**32 else np.int64)
+    pair = index.itemsize + g.itemsize
+    if int(counts.sum()) * pair > 2 * n * g.itemsize:
+        stats.shape = "sparse->dense"
+        dense = np.zeros_like(g)
+        with stats.timing("decompress"):
+            compressor.decompress_add(dense, (idx, vals), ctx)
+        return _requantize(comm, dense, Compressor(), None, seed, stats)
+    with stats.timing("compress"):
+        send = _pack((idx.astype(index), vals))
+    got = _exchange(comm, stats, send, np.full(p, len(send)), np.zeros(p, np.int64), counts * pair)
+    out = np.zeros_like(g)
+    with stats.timing("decompress"):
+        for c, buf in zip(counts, got):
+            i, v = _unpack(buf, (np.empty(c, index), np.empty(c, g.dtype)))
+            compressor.decompress_add(out, (i.astype(np.int64), v), ctx)
+    return out
+
+
+_SHAPES = {"requantize": _quantized, "sum": _summed, "sparse": _sparse}

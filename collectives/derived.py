@@ -8,12 +8,13 @@ def derived(method):
         made = getattr(self.comm, method)(*args, **kwargs)
         if made == MPI.COMM_NULL:
             return made
-        comm = type(self)(made, algorithms=self.algorithms, check=self.check)
+        comm = type(self)(made, algorithms=self.algorithms, check=self.check, timeout=self.timeout,
+                          on_timeout=self.on_timeout)
         comm._owned = True
         return comm
     derive.__name__ = derive.__qualname__ = method
     derive.__doc__ = (f"mpi4py's {method}, as a collectives.Comm with this one's algorithm "
-                      "choices and check setting (COMM_NULL stays COMM_NULL).")
+                      "choices, check and watchdog settings (COMM_NULL stays COMM_NULL).")
     return derive
 
 

@@ -7,9 +7,14 @@ Request.  ``execute`` runs a planned schedule in the Cython executor (``_engine.
 without the GIL) or, under COLLECTIVES_PUREPYTHON=1 or without the extension, in
 ``schedule.run_python``; a native failure marks the Comm unusable.  ``plan_fast`` is what
 the fast path (``_engine.Fast``) calls to plan a call shape it has not cached.
-``native_job`` delegates a call no algorithm covers to mpi4py's method on the private
-communicator, where it keeps its place in the order of the Comm's collectives.
+``choose`` records the choice in ``last_algorithm`` (``explain`` gives the reason, and
+COLLECTIVES_EXPLAIN=1 prints it per call).  ``native_job`` delegates a call no algorithm
+covers to mpi4py's method on the private communicator, where it keeps its place in the
+order of the Comm's collectives.
 """
+import os
+import sys
+
 import numpy as np
 from mpi4py import MPI
 
@@ -17,8 +22,9 @@ from . import kernels
 from .agreement import agree
 from .nonblocking import Progress, completed
 from .ops import DTYPES, OP_NAMES, dtype_code, supports
-from .registry import ALGORITHMS, choices, env_choice, log, plan, resolve_name, select
+from .registry import ALGORITHMS, choices, decide_for, log, plan
 from .schedule import run_python
+from .watchdog import StallError, call_number, stalled
 
 try:
     from ._engine import ScheduleError, execute as _native_execute
@@ -31,6 +37,8 @@ NATIVE = _native_execute is not None and not kernels.PUREPYTHON
 TAG = {name: 100 + i for i, name in enumerate(ALGORITHMS)}
 BYTE = dtype_code(np.uint8)
 _NO_STEPS = np.empty((0, 9), np.int64)  # a fused collective's: the checked exchange is all of it
+# COLLECTIVES_EXPLAIN=1: one line per call on stderr saying why its algorithm runs.
+EXPLAIN = os.environ.get("COLLECTIVES_EXPLAIN", "") not in ("", "0")
 
 
 def as_bytes(arr):
@@ -38,14 +46,38 @@ def as_bytes(arr):
     return arr.view(np.uint8) if arr.size else np.empty(0, np.uint8)
 
 
+def fusable(comm):
+    """Whether ``auto`` may take a fused collective on ``comm``: the check is on (the fused
+    form is the check) and no stall limit is set (the watchdog watches the schedules and its
+    own agreement, not the checked exchange)."""
+    return comm.check and not comm.timeout
+
+
 def choose(comm, collective, algorithm, count, nbytes, uniform=True):
     """The Algorithm for this call: per call, then per Comm, then environment, then ``auto``."""
-    requested = resolve_name(collective, algorithm)
-    if requested == "auto":
-        requested = comm.algorithms.get(collective) or env_choice(collective)
-    algo = select(collective, requested, comm.size, count, nbytes, uniform, checked=comm.check)
+    algo, reason = decide_for(collective, algorithm, comm.algorithms.get(collective), comm.size, count,
+                              nbytes, uniform, checked=fusable(comm))
     comm.last_algorithm = algo.name
+    if EXPLAIN:
+        explain_line(comm, collective, f"{nbytes} B -> {algo.name}: {reason}")
     return algo
+
+
+def explain_line(comm, collective, text):
+    """Print COLLECTIVES_EXPLAIN's line for one call."""
+    print(f"[collectives explain] rank {comm.rank}/{comm.size} {collective} {text}",
+          file=sys.stderr, flush=True)
+
+
+def explain(comm, collective, count=0, dtype="float32", algorithm=None):
+    """Why ``collective`` over ``count`` elements of ``dtype`` on ``comm`` would run the algorithm
+    it would, as "<algorithm>: <reason>" (the request, table row, restriction or fallback)."""
+    if collective not in ALGORITHMS:
+        raise ValueError(f"unknown collective {collective!r}; one of {', '.join(ALGORITHMS)}")
+    nbytes = count * np.dtype(dtype).itemsize
+    algo, reason = decide_for(collective, algorithm, comm.algorithms.get(collective), comm.size,
+                              nbytes if collective == "bcast" else count, nbytes, checked=fusable(comm))
+    return f"{algo.name}: {reason}"
 
 
 def buffer(comm, purpose, nbytes):
@@ -60,18 +92,29 @@ def buffer(comm, purpose, nbytes):
 def execute(comm, algo, args, acc, inp, dtype, op, collective):
     """Run ``algo``'s schedule for ``args`` on ``acc`` (and input ``inp``) in this process's executor."""
     steps, tmp_count, nreq = plan(algo.name, comm.rank, comm.size, *args)
+    execute_steps(comm, steps, tmp_count, nreq, acc, inp, dtype, op, TAG[collective],
+                  f"{collective} ({algo.name})")
+
+
+def execute_steps(comm, steps, tmp_count, nreq, acc, inp, dtype, op, tag, name):
+    """Run planned ``steps`` on ``tag``, watched when ``comm.timeout`` is set; a failure or
+    a stall marks the Comm unusable (a stall aborts the job in the watchdog's abort mode)."""
     itemsize = np.dtype(DTYPES[dtype]).itemsize
     tmp = buffer(comm, "tmp", tmp_count * itemsize) if tmp_count else None
-    if NATIVE:
-        try:
-            _native_execute(comm._coll, steps, acc, tmp, inp, dtype, op, TAG[collective], nreq,
-                            f"{collective} ({algo.name})")
-        except ScheduleError as exc:
-            comm._broken = str(exc)
-            raise
-    else:
-        bufs = [None if b is None else as_bytes(b) for b in (acc, tmp, inp)]
-        run_python(comm._coll, steps, bufs, dtype, op, TAG[collective])
+    try:
+        if NATIVE:
+            try:
+                _native_execute(comm._coll, steps, acc, tmp, inp, dtype, op, tag, nreq, name,
+                                comm.timeout)
+            except ScheduleError as exc:
+                comm._broken = str(exc)
+                raise
+        else:
+            bufs = [None if b is None else as_bytes(b) for b in (acc, tmp, inp)]
+            run_python(comm._coll, steps, bufs, dtype, op, tag, comm.timeout, name)
+    except StallError as exc:
+        stalled(comm, exc, call_number(comm, False))
+        raise
 
 
 def plan_fast(comm, collective, algorithm, count, nbytes, uniform, args, op=None, dtype=None):
@@ -92,6 +135,8 @@ def native_job(comm, collective, why, method, *args):
     """A job running mpi4py's ``method(*args)`` on the private communicator."""
     log.info("%s: %s; native MPI call", method, why)
     comm.last_algorithm = "native"
+    if EXPLAIN:
+        explain_line(comm, collective, f"-> native: {why}; delegated to MPI's {method}")
     call = getattr(comm._coll, method)
 
     def job():
@@ -106,9 +151,19 @@ def _usable(comm):
         raise RuntimeError(f"collectives.Comm is unusable: {comm._broken}")
 
 
+def _counted(comm, job):
+    """``job``, counting itself among the Comm's collectives when it starts (the watchdog's call
+    numbers; jobs start in the order they were issued)."""
+    def counted():
+        comm._jobs += 1
+        job()
+    return counted
+
+
 def run(comm, job):
     """Run ``job`` now, or after the nonblocking collectives still pending on ``comm``."""
     _usable(comm)
+    job = _counted(comm, job)
     if comm._progress is not None and comm._progress.busy():
         comm._progress.submit(job).wait()
     else:
@@ -118,6 +173,7 @@ def run(comm, job):
 def start(comm, job):
     """Start ``job`` on ``comm``'s progress thread; return its Request."""
     _usable(comm)
+    job = _counted(comm, job)
     if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
         # A progress thread would call MPI beside the caller, which needs THREAD_MULTIPLE.
         log.info("collectives: MPI thread level below THREAD_MULTIPLE; nonblocking "
@@ -128,5 +184,5 @@ def start(comm, job):
     return comm._progress.submit(job)
 
 
-__all__ = ["BYTE", "NATIVE", "TAG", "as_bytes", "buffer", "choose", "execute", "native_job",
-           "plan_fast", "run", "start"]
+__all__ = ["BYTE", "EXPLAIN", "NATIVE", "TAG", "as_bytes", "buffer", "choose", "execute", "execute_steps",
+           "explain", "native_job", "plan_fast", "run", "start"]

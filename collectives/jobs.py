@@ -5,8 +5,9 @@ TypeError naming the problem), chooses the algorithm, and returns a job: a funct
 arguments that, with ``comm.check``, first agrees with the other ranks
 (``collectives.agreement``) and then runs the schedule (``collectives.executor``).  Arguments
 no algorithm covers (``buffers.Native``) give a job running MPI's own call instead.  The
-builders serve the blocking methods where the fast path declines a call, and the
-nonblocking ones always.
+builders serve the calls the fast path declines, blocking or nonblocking (a queued call's
+job is built on the progress thread in its turn, ``_engine.Queued``, except for
+Reduce_scatter without counts, whose builder runs a collective itself).
 """
 import functools
 

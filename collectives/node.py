@@ -77,7 +77,7 @@ class Nodes:
 def _flat(Comm, made, parent):
     """A Comm over ``made`` that owns it and never looks for nodes itself."""
     sub = Comm(made, algorithms={k: v for k, v in parent.algorithms.items() if k != "allreduce"},
-               check=parent.check)
+               check=parent.check, timeout=parent.timeout, on_timeout=parent.on_timeout)
     made.Free()
     sub._nodes = FLAT
     return sub
@@ -102,7 +102,7 @@ def allreduce(comm, sendbuf, recvbuf, op, algorithm):
     every rank.
     """
     from .agreement import agree
-    from .buffers import is_in_place, parse
+    from .buffers import Native, is_in_place, parse
     from .executor import run
     from .ops import check_op
     from .registry import env_choice, may_be_node_aware, resolve_name, select_node
@@ -116,13 +116,13 @@ def allreduce(comm, sendbuf, recvbuf, op, algorithm):
         recv, n, _ = parse(recvbuf, "recvbuf", writable=True)
         send = None if is_in_place(sendbuf) else parse(sendbuf, "sendbuf")[0]
         opc, dt = check_op(op, recv.dtype)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, Native):
         return False
     if n == 0 or (send is not None and (send.size != n or send.dtype != recv.dtype)):
         return False
     if comm._nodes is None:
         # Collective on the private communicator: queued behind pending nonblocking calls.
-        run(comm, lambda: setattr(comm, "_nodes", _built(comm)))
+        run(comm, lambda: setattr(comm, "_nodes", discover(comm)))
     nodes = comm._nodes
     if not nodes.multi:
         return False
@@ -142,7 +142,8 @@ def allreduce(comm, sendbuf, recvbuf, op, algorithm):
     return True
 
 
-def _built(comm):
-    """The Nodes of ``comm``, or FLAT when it spans one node: later calls skip the checks."""
+def discover(comm):
+    """The Nodes of ``comm``, or FLAT when it spans one node: later calls skip the checks.
+    Collective over ``comm``."""
     nodes = Nodes(comm)
     return nodes if nodes.multi else FLAT

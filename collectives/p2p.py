@@ -21,22 +21,26 @@ from .transport import TAG, Request, wait
 
 def push(comm, buf, dest):
     """Start sending ``buf`` to rank ``dest``, where ``receive`` takes it; return a Request."""
-    return transport.push(wrap(comm)._coll, buf, dest)
+    c = wrap(comm)
+    return transport.push(c._coll, buf, dest, c)
 
 
 def receive(comm, buf, source=MPI.ANY_SOURCE):
     """Start receiving one push of exactly the size of ``buf`` from ``source`` (default: any)."""
-    return transport.receive(wrap(comm)._coll, buf, source)
+    c = wrap(comm)
+    return transport.receive(c._coll, buf, source, c)
 
 
 def pull(comm, buf, owner):
     """Start fetching into ``buf`` what rank ``owner`` serves; return a Request."""
-    return transport.pull(wrap(comm)._coll, buf, owner)
+    c = wrap(comm)
+    return transport.pull(c._coll, buf, owner, c)
 
 
 def serve(comm, buf, source=MPI.ANY_SOURCE):
     """Answer one pull from ``source`` (default: any rank) with ``buf``; return the rank that asked."""
-    return transport.serve(wrap(comm)._coll, buf, source)
+    c = wrap(comm)
+    return transport.serve(c._coll, buf, source, c)
 
 
 __all__ = ["TAG", "Request", "push", "receive", "pull", "serve", "wait"]

@@ -5,10 +5,15 @@ Selection is data kept out of the algorithm modules (MPICH's coll selection, in 
 * ``ALGORITHMS`` lists, per collective, every algorithm with its restriction, if any;
 * ``FUSED`` adds, per collective, the fused form of the checked exchange
   (``collectives.exchange``), for messages of at most ``FUSED_BYTES``;
-* ``AUTO`` is the default policy: the first row whose size and process-count bounds match
-  (a fused row only with the cross-rank check on: it is the check and the collective at once);
+* ``auto`` is a measured decision table (``collectives.tuning``: rank range x message-size
+  range -> algorithm, shipped in collectives/data/tuning.json, COLLECTIVES_TUNING=file for
+  another); the first row that covers the call and whose algorithm applies wins.  A fused row
+  applies only with the cross-rank check on: it is the check and the collective at once;
 * ``COLLECTIVES_<COLLECTIVE>=<name>`` in the environment forces one (``COLLECTIVES_ALLREDUCE=ring``);
 * a forced algorithm whose restriction fails falls back to ``auto``, logging the reason.
+
+``decide`` returns the choice with the reason (which request, table row, restriction or
+fallback chose it): ``Comm.explain`` shows it, COLLECTIVES_EXPLAIN=1 prints it per call.
 
 Names are the module names, ``<collective>_<algorithm>``; users may drop the prefix.
 """
@@ -17,6 +22,7 @@ import importlib
 import logging
 import os
 
+from . import tuning
 from .cache import ByteLRU
 from .exchange import BCAST, FUSED_BYTES, GATHER, HEADER, REDUCE
 
@@ -132,49 +138,6 @@ FUSED = {
 _BY_NAME = {a.name: a for table in (ALGORITHMS, NODE_ALGORITHMS) for rows in table.values() for a in rows}
 _BY_NAME.update({a.name: a for a in FUSED.values()})
 
-# auto: per collective, rows of (largest message in bytes, largest communicator, algorithm),
-# first match wins.  Measured on the 2-core machine by bench/; see README "Benchmarks".
-# The fused rows count only with the check on (bench.default_path measured them).
-AUTO = {
-    "allreduce": [
-        (FUSED_BYTES, None, "allreduce_fused"),
-        (16 << 10, None, "allreduce_recursive_doubling"),
-        (None, None, "allreduce_ring"),
-    ],
-    "bcast": [
-        (FUSED_BYTES, None, "bcast_fused"),
-        (64 << 10, None, "bcast_binomial"),
-        (None, None, "bcast_scatter_allgather"),
-    ],
-    "reduce": [
-        (FUSED_BYTES, None, "reduce_fused"),
-        (None, None, "reduce_binomial"),
-    ],
-    "allgather": [
-        (FUSED_BYTES, None, "allgather_fused"),
-        (16 << 10, None, "allgather_recursive_doubling"),
-        (None, None, "allgather_ring"),
-    ],
-    "reduce_scatter": [
-        (FUSED_BYTES, None, "reduce_scatter_fused"),
-        (16 << 10, None, "reduce_scatter_recursive_halving"),
-        (None, None, "reduce_scatter_ring"),
-    ],
-    "gather": [
-        (FUSED_BYTES, None, "gather_fused"),
-        (None, None, "gather_binomial"),
-    ],
-    "scatter": [
-        (FUSED_BYTES, None, "scatter_fused"),
-        (None, None, "scatter_binomial"),
-    ],
-    "barrier": [
-        (FUSED_BYTES, None, "barrier_fused"),
-        (None, None, "barrier_dissemination"),
-    ],
-}
-
-
 # auto across nodes: (largest message in bytes, algorithm) rows, first match that applies wins.
 NODE_AUTO = {
     "allreduce": [
@@ -215,9 +178,10 @@ def names(collective):
 
 
 def choices(collective):
-    """The algorithm indices the cross-rank agreement uses: the table's names, "native"
-    (MPI's own call), then the fused form."""
-    return names(collective) + ["native", FUSED[collective].name]
+    """The algorithm indices the cross-rank agreement uses: the table's names, the fused
+    form, then "native" (MPI's own call), last so that a range of indices below it holds
+    only algorithms that compare the same fields."""
+    return names(collective) + [FUSED[collective].name, "native"]
 
 
 def resolve_name(collective, name):
@@ -238,23 +202,51 @@ def env_choice(collective):
     return resolve_name(collective, os.environ.get(f"COLLECTIVES_{collective.upper()}", "auto"))
 
 
-def select(collective, requested, size, count, nbytes, uniform=True, checked=False):
-    """The Algorithm to run: ``requested`` when it applies, else the ``auto`` choice
-    (``checked``: the cross-rank check is on, which lets it take the fused rows)."""
+def decide(collective, requested, size, count, nbytes, uniform=True, source="requested", checked=False):
+    """(Algorithm, reason): ``requested`` when it applies, else the ``auto`` choice.
+
+    ``source`` says where a named request came from (per call, per Comm, environment); the
+    reason names it, or the table row, restriction or fallback that chose.  ``checked``: the
+    cross-rank check is on, which lets ``auto`` take the fused form.
+    """
     name = resolve_name(collective, requested)
+    fell_back = ""
     if name != "auto":
         algo = _BY_NAME[name]
         reason = ("needs more than one node with several ranks on some node" if algo.node_aware
                   else algo.applies(size, count, uniform, nbytes))
         if reason is None:
-            return algo
+            return algo, f"{name} ({source})"
         log.info("collectives: %s does not apply (%s); falling back to auto", name, reason)
-    for max_bytes, max_size, auto_name in AUTO[collective]:
-        if (max_bytes is None or nbytes <= max_bytes) and (max_size is None or size <= max_size):
-            algo = _BY_NAME[auto_name]
-            if (checked or algo.fused is None) and algo.applies(size, count, uniform, nbytes) is None:
-                return algo
-    return next(a for a in ALGORITHMS[collective] if a.applies(size, count, uniform) is None)
+        fell_back = f"{name} ({source}) does not apply: {reason}; "
+    table = tuning.active()
+    skipped = []
+    for row in table.lookup(collective, size, nbytes):
+        algo = _BY_NAME[row.algorithm]
+        why = (algo.applies(size, count, uniform, nbytes) if checked or algo.fused is None
+               else "needs the cross-rank check on: the fused form is that check")
+        if why is None:
+            return algo, (f"{fell_back}auto: {collective} {row.describe()} of {table.path}"
+                          + "".join(f"; skipped {s}" for s in skipped))
+        skipped.append(f"{row.describe()} ({row.algorithm}: {why})")
+    algo = next(a for a in ALGORITHMS[collective] if a.applies(size, count, uniform) is None)
+    return algo, (f"{fell_back}auto: no usable {collective} row of {table.path} for {size} ranks and "
+                  f"{nbytes} bytes{''.join(f'; skipped {s}' for s in skipped)}; first applicable algorithm")
+
+
+def decide_for(collective, per_call, per_comm, size, count, nbytes, uniform=True, checked=False):
+    """(Algorithm, reason) for a call: its ``algorithm=``, else the Comm's, else
+    COLLECTIVES_<COLLECTIVE>, else ``auto`` (``checked`` as for ``decide``)."""
+    for name, source in ((per_call, "per call"), (per_comm, "per Comm"),
+                         (os.environ.get(f"COLLECTIVES_{collective.upper()}"), f"COLLECTIVES_{collective.upper()}")):
+        if resolve_name(collective, name) != "auto":
+            return decide(collective, name, size, count, nbytes, uniform, source, checked)
+    return decide(collective, "auto", size, count, nbytes, uniform, checked=checked)
+
+
+def select(collective, requested, size, count, nbytes, uniform=True, checked=False):
+    """The Algorithm to run: ``requested`` when it applies, else the ``auto`` choice."""
+    return decide(collective, requested, size, count, nbytes, uniform, checked=checked)[0]
 
 
 # Bytes an entry holds besides its steps: two array headers (the steps are a reshaped view),

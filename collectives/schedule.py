@@ -181,12 +181,17 @@ def _element_type(size):
     return _ELEMENT_TYPES[size]
 
 
-def run_python(comm, steps, bufs, dtype_code, op_code, tag):
-    """Execute ``steps`` with mpi4py and NumPy; ``bufs`` are flat uint8 views indexed by ACC/TMP/IN."""
+def run_python(comm, steps, bufs, dtype_code, op_code, tag, timeout=0, name="schedule"):
+    """Execute ``steps`` with mpi4py and NumPy; ``bufs`` are flat uint8 views indexed by ACC/TMP/IN.
+
+    With ``timeout`` > 0 seconds every wait is polled (``collectives.watchdog``), and a wait
+    that makes no progress for that long raises StallError naming ``name``.
+    """
     from mpi4py import MPI
 
     from .kernels import reduce_into
     from .ops import DTYPES
+    from .watchdog import watched
 
     size = np.dtype(DTYPES[dtype_code]).itemsize
     check_counts(steps)
@@ -200,9 +205,31 @@ def run_python(comm, steps, bufs, dtype_code, op_code, tag):
     def message(b, off, cnt):
         return [region(b, off, cnt), cnt, element]
 
-    requests = []
-    for kind, ab, ao, ac, ap, bb, bo, bc, bp in steps.tolist():
-        if kind == SENDRECV:
+    requests, peers = [], []
+
+    def start(recv, b, off, cnt, peer):
+        call = comm.Irecv if recv else comm.Isend
+        requests.append(call(message(b, off, cnt), peer, tag))
+        peers.append((peer, "receive" if recv else "send"))
+
+    def wait(step, first=0):
+        if timeout:
+            # Given all pending requests, a stall cancels the earlier ones too.
+            watched(requests, timeout, peers, name, step, comm.Get_rank(),
+                    lambda: MPI.Request.Testall(requests[first:]))
+        else:
+            MPI.Request.Waitall(requests)
+        del requests[first:], peers[first:]
+
+    for i, (kind, ab, ao, ac, ap, bb, bo, bc, bp) in enumerate(steps.tolist()):
+        if kind == SENDRECV and timeout:
+            first = len(requests)
+            if bp != NONE:
+                start(True, bb, bo, bc, bp)
+            if ap != NONE:
+                start(False, ab, ao, ac, ap)
+            wait(i, first)
+        elif kind == SENDRECV:
             if ap == NONE:
                 comm.Recv(message(bb, bo, bc), bp, tag)
             elif bp == NONE:
@@ -217,9 +244,8 @@ def run_python(comm, steps, bufs, dtype_code, op_code, tag):
         elif kind == COPY:
             region(ab, ao, ac)[:] = region(bb, bo, bc)
         elif kind == ISEND:
-            requests.append(comm.Isend(message(ab, ao, ac), ap, tag))
+            start(False, ab, ao, ac, ap)
         elif kind == IRECV:
-            requests.append(comm.Irecv(message(bb, bo, bc), bp, tag))
+            start(True, bb, bo, bc, bp)
         else:
-            MPI.Request.Waitall(requests)
-            requests = []
+            wait(i)

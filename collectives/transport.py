@@ -24,6 +24,7 @@ from mpi4py import MPI
 
 from .buffers import parse
 from .schedule import INT_MAX
+from .watchdog import StallError, stalled, watched
 
 # Reserved on the private communicator; the collectives use executor.TAG (100 and up).
 TAG = {"push": 50, "pull": 51, "reply": 52}
@@ -54,9 +55,15 @@ def _peer(rank, size, name, any_source=False):
 
 
 class Request:
-    """A started push, receive or pull; ``wait()`` completes it and returns the peer's rank."""
+    """A started push, receive or pull; ``wait()`` completes it and returns the peer's rank.
 
-    def __init__(self, requests, peer, check=None, keep=()):
+    With ``watch`` (a collectives.Comm whose ``timeout`` is set), ``wait`` polls and a request
+    that makes no progress for that long raises StallError naming ``what`` (see
+    ``collectives.watchdog``); ``peers`` are the (rank, kind) of the requests.
+    """
+
+    def __init__(self, requests, peer, check=None, keep=(), watch=None, what=None, peers=()):
+        self._watch, self._what, self._peers = watch, what, peers
         self._requests = requests
         self._statuses = [MPI.Status() for _ in requests]
         self._peer = peer
@@ -66,11 +73,14 @@ class Request:
 
     def _progress(self, block):
         # A completed MPI request turns null; skipping those keeps the statuses they left.
-        for req, status in zip(self._requests, self._statuses):
+        for i, (req, status) in enumerate(zip(self._requests, self._statuses)):
             if not req:
                 continue
             try:
-                if block:
+                if block and self._watch is not None and self._watch.timeout:
+                    _watched(self._watch, [req], [self._peers[i]], self._what,
+                             lambda: req.Test(status))
+                elif block:
                     req.Wait(status)
                 elif not req.Test(status):
                     return False
@@ -103,11 +113,23 @@ class Request:
     Test = test
 
 
-def push(coll, buf, dest):
-    """Start sending ``buf`` to rank ``dest``, where ``receive`` takes it; return a Request."""
+def _watched(comm, requests, peers, what, test):
+    """``watchdog.watched`` for a primitive of Comm ``comm``: a stall makes it unusable (or
+    aborts the job in the watchdog's abort mode)."""
+    try:
+        watched(requests, comm.timeout, peers, what, None, comm.rank, test)
+    except StallError as exc:
+        stalled(comm, exc)
+        raise
+
+
+def push(coll, buf, dest, watch=None):
+    """Start sending ``buf`` to rank ``dest``, where ``receive`` takes it; return a Request
+    (``watch``: the Comm whose watchdog applies, as for every function here)."""
     dest = _peer(dest, coll.size, "push")
     data = _data(buf, writable=False, name="push")
-    return Request([coll.Isend([data, MPI.BYTE], dest, TAG["push"])], dest, keep=(data,))
+    return Request([coll.Isend([data, MPI.BYTE], dest, TAG["push"])], dest, keep=(data,),
+                   watch=watch, what=f"push to rank {dest}", peers=[(dest, "send")])
 
 
 # Open MPI delivers a message a rank sends to itself truncated to the receive buffer without
@@ -117,7 +139,7 @@ def push(coll, buf, dest):
 _SILENT_SELF_TRUNCATION = MPI.Get_library_version().startswith("Open MPI")
 
 
-def receive(coll, buf, source=MPI.ANY_SOURCE):
+def receive(coll, buf, source=MPI.ANY_SOURCE, watch=None):
     """Start receiving one push of exactly the size of ``buf`` from ``source`` (default: any)."""
     source = _peer(source, coll.size, "receive", any_source=True)
     data = _data(buf, writable=True, name="receive")
@@ -135,10 +157,11 @@ def receive(coll, buf, source=MPI.ANY_SOURCE):
             data[:] = room[:data.size]
         return sender
 
-    return Request([coll.Irecv([room, MPI.BYTE], source, TAG["push"])], source, check, (room, data))
+    return Request([coll.Irecv([room, MPI.BYTE], source, TAG["push"])], source, check, (room, data),
+                   watch, f"receive from {_name(source)}", [(source, "receive")])
 
 
-def pull(coll, buf, owner):
+def pull(coll, buf, owner, watch=None):
     """Start fetching into ``buf`` what rank ``owner`` serves; return a Request."""
     owner = _peer(owner, coll.size, "pull")
     data = _data(buf, writable=True, name="pull")
@@ -154,22 +177,37 @@ def pull(coll, buf, owner):
                              f"this {data.size}-byte buffer")
         return owner
 
-    return Request([sent, reply], owner, check, (room, ask))
+    return Request([sent, reply], owner, check, (room, ask), watch, f"pull from rank {owner}",
+                   [(owner, "send"), (owner, "receive")])
 
 
-def serve(coll, buf, source=MPI.ANY_SOURCE):
+def serve(coll, buf, source=MPI.ANY_SOURCE, watch=None):
     """Answer one pull from ``source`` (default: any rank) with ``buf``; return the rank that asked."""
     source = _peer(source, coll.size, "serve", any_source=True)
     data = _data(buf, writable=False, name="serve")
     ask = np.empty(1, np.int64)
     status = MPI.Status()
-    coll.Recv([ask, MPI.INT64_T], source, TAG["pull"], status)
+    _blocking(coll.Irecv([ask, MPI.INT64_T], source, TAG["pull"]), watch,
+              f"serve to {_name(source)}", (source, "receive"), status)
     asker, want = status.Get_source(), int(ask[0])
+    reply = data if want == data.size else _MISMATCH[:0 if want else 1]
+    _blocking(coll.Isend([reply, MPI.BYTE], asker, TAG["reply"]), watch,
+              f"serve to rank {asker}", (asker, "send"))
     if want != data.size:
-        coll.Send([_MISMATCH[:0 if want else 1], MPI.BYTE], asker, TAG["reply"])
         raise ValueError(f"serve: rank {asker} pulls {want} bytes but this rank serves {data.size}")
-    coll.Send([data, MPI.BYTE], asker, TAG["reply"])
     return asker
+
+
+def _blocking(req, watch_comm, what, peer, status=None):
+    """Complete ``req`` as a blocking call would, watched when ``watch_comm`` has a timeout."""
+    if watch_comm is not None and watch_comm.timeout:
+        _watched(watch_comm, [req], [peer], what, lambda: req.Test(status))
+    else:
+        req.Wait(status)
+
+
+def _name(source):
+    return "any rank" if source == MPI.ANY_SOURCE else f"rank {source}"
 
 
 def wait(requests):

@@ -6,8 +6,9 @@ import time
 import pytest
 
 from collectives.abort import EXIT_STATUS
-from tests.launch import mpiexec
-from tests.single_process import one_rank  # noqa: F401 (autouse fixture: each test on one rank)
+from tests.launch import mpiexec, own_jobs
+
+pytestmark = own_jobs
 
 # Rank 1 fails while rank 0 waits in one of our collectives (blocked without the GIL).
 FAILING = """

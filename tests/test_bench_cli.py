@@ -1,6 +1,6 @@
 """The installed benchmark command: it runs from any directory with a clean PYTHONPATH, its
 OSU and nccl-tests output parses as those tools' output does, and its repeat and plot modes
-work end to end.  Each test launches its own jobs, so each runs on one rank of the suite's launch."""
+work end to end.  Each test launches its own jobs, so the file runs in the suite's 1-rank launch only."""
 import os
 import subprocess
 import sys
@@ -8,8 +8,9 @@ import sys
 import pytest
 
 from bench import launches
-from tests.launch import clean_env, mpiexec
-from tests.single_process import one_rank  # noqa: F401 (autouse fixture: each test on one rank)
+from tests.launch import clean_env, mpiexec, own_jobs
+
+pytestmark = own_jobs
 
 BIN = os.path.dirname(sys.executable)
 COMMAND = os.path.join(BIN, "collectives-bench")

@@ -10,7 +10,7 @@
   at another rank count starts every rank from the average of the saved states;
 * nothing on the checkpoint path pickles: mpi4py's pickle raises while one is written or read.
 
-Under the suite's mpiexec each test runs on one rank (tests/single_process.py).
+Each test launches jobs of its own, so the file runs in the suite's 1-rank launch only.
 """
 import json
 import os
@@ -25,8 +25,9 @@ import numpy as np
 import pytest
 
 from collectives.train import checkpoint
-from tests.launch import ROOT, clean_env, mpiexec, mpiexec_path
-from tests.single_process import one_rank  # noqa: F401 (autouse fixture)
+from tests.launch import ROOT, clean_env, launcher, mpiexec, own_jobs, program_stderr, rank_of
+
+pytestmark = own_jobs
 
 SGD = ["--optimizer", "sgd", "--no-progress"]
 BOUND = 60  # seconds a job may take to stop after SIGTERM (it stops at the next step)
@@ -35,7 +36,7 @@ BOUND = 60  # seconds a job may take to stop after SIGTERM (it stops at the next
 def start(n, args, env=None):
     """Start ``python -m collectives train ARGS`` on ``n`` ranks; (Popen, tag naming its ranks)."""
     tag = uuid.uuid4().hex
-    proc = subprocess.Popen([mpiexec_path(), "-n", str(n), sys.executable, "-m", "collectives", "train", *args],
+    proc = subprocess.Popen([*launcher(), "-n", str(n), sys.executable, "-m", "collectives", "train", *args],
                             env=clean_env(COLLECTIVES_TEST_JOB=tag, **(env or {})), cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     return proc, tag
@@ -55,8 +56,9 @@ def ranks(tag):
                 env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
         except OSError:
             continue
-        if env.get(b"COLLECTIVES_TEST_JOB") == tag.encode() and b"PMI_RANK" in env:
-            out[int(env[b"PMI_RANK"])] = int(pid)
+        rank = rank_of(env)
+        if env.get(b"COLLECTIVES_TEST_JOB") == tag.encode() and rank is not None:
+            out[rank] = int(pid)
     return out
 
 
@@ -130,6 +132,7 @@ def test_sigterm_on_one_rank_checkpoints_and_resumes(tmp_path, n, sync, rank):
         os.kill(ranks(tag)[rank], signal.SIGTERM)  # one rank only: the others must learn of it
         sent = time.monotonic()
         out, err = proc.communicate(timeout=BOUND)
+        err = program_stderr(err)
         took = time.monotonic() - sent
     finally:
         if proc.poll() is None:
@@ -168,6 +171,49 @@ def test_checkpoint_of_another_job_is_refused(tmp_path):
     assert result.returncode == 1
     assert result.stderr.strip() == (f"collectives train: error: {ckpt} was written with optimizer='sgd', "
                                      "resuming with 'adam'"), result.stderr
+
+
+def test_checkpoint_of_another_model_is_refused(tmp_path):
+    """Logistic and least-squares regression have as many parameters: the model's name tells them apart."""
+    data = tmp_path / "binary.svm"
+    rows = np.random.default_rng(0).normal(size=(40, 3))
+    data.write_text("".join(f"{int(r[0] > 0)} " + " ".join(f"{j + 1}:{v:.3f}" for j, v in enumerate(r)) + "\n"
+                            for r in rows))
+    ckpt = str(tmp_path / "c.npz")
+    base = [*SGD, "--data", str(data), "--batch", "4", "--epochs", "1", "--checkpoint", ckpt]
+    ok(train(1, [*base, "--model", "logistic", "--checkpoint-every", "2"]))
+    result = train(2, [*base, "--model", "linear", "--resume"])
+    assert result.returncode == 1
+    assert result.stderr.strip() == (f"collectives train: error: {ckpt} was written by model 'Logistic', "
+                                     "this job's is 'LeastSquares'"), result.stderr
+
+
+def test_state_another_optimizer_keeps_is_a_data_error():
+    from collectives.train.errors import DataError
+
+    state = {"w": np.zeros(5), "t": 3}
+    with pytest.raises(DataError, match=r"^c\.npz holds no 'm' state \(written by another model or optimizer\)$"):
+        checkpoint.check_state("c.npz", state, {"w": (5,), "t": (), "m": (5,)})
+    with pytest.raises(DataError, match=r"^c\.npz holds w of shape \(2, 4\), this job's is \(5,\)$"):
+        checkpoint.check_state("c.npz", {"w": np.zeros((2, 4))}, {"w": (5,)})
+    checkpoint.check_state("c.npz", {"w": np.zeros((2, 5)), "t": 1}, {"w": (5,), "t": ()})
+    checkpoint.check_state("c.npz", {"S": np.zeros((10, 5))}, {"S": (0,)})  # L-BFGS history: any length
+
+
+@pytest.mark.parametrize("compress", ["topk", "sign"])
+def test_compressed_run_resumes_bit_identical(tmp_path, compress):
+    """The error-feedback residuals (sign's also those of re-compressing the summed chunks) and
+    the compressor's seeds are part of the checkpoint."""
+    ckpt, whole, resumed = (str(tmp_path / n) for n in ("c.npz", "whole.npz", "resumed.npz"))
+    options = [*SGD, "--epochs", "2", "--compress", compress, "--checkpoint", ckpt, "--checkpoint-every", "10"]
+    ok(train(2, [*options, "--max-steps", "25"]))
+    with np.load(ckpt, allow_pickle=False) as f:
+        assert f["residuals"].shape == (2, meta(ckpt)["model_size"]) and f["residuals"].any()
+        assert f["owner_residuals"].any() == (compress == "sign")
+    ok(train(2, [*options, "--resume", "--save", resumed]))
+    ok(train(2, [*SGD, "--epochs", "2", "--compress", compress, "--save", whole]))
+    np.testing.assert_array_equal(weights(resumed), weights(whole))
+    ok(train(3, [*options, "--resume"]))  # another rank count: each rank takes a share of the residuals
 
 
 NO_PICKLE = """

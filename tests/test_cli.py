@@ -2,8 +2,7 @@
 one line on stderr, ``collectives train: error: ...``, with exit status 2 (usage) or 1 (data),
 no traceback unless asked for, and no rank left hanging.
 
-Each test launches its own job; under the suite's mpiexec each runs on one rank
-(tests/single_process.py).
+Each test launches its own job, so the file runs in the suite's 1-rank launch only.
 """
 import json
 import os
@@ -15,8 +14,9 @@ import numpy as np
 import pytest
 
 from collectives.abort import EXIT_STATUS
-from tests.launch import clean_env, mpiexec_path
-from tests.single_process import one_rank  # noqa: F401 (autouse fixture)
+from tests.launch import clean_env, launcher, own_jobs, program_stderr
+
+pytestmark = own_jobs
 
 HERE = os.path.dirname(__file__)
 SAMPLE = os.path.join(HERE, "data", "sample_libsvm_data.txt")
@@ -29,11 +29,13 @@ def launch(*args, np_=2, env=None, mpmd=None):
 
     ``mpmd`` gives each rank its own arguments instead (one list per rank).
     """
-    cmd = [mpiexec_path()]
+    cmd = launcher()
     for i, rank_args in enumerate(mpmd or [args]):
         cmd += ([":"] if i else []) + ["-n", str(1 if mpmd else np_), sys.executable, "-m", "collectives",
                                        "train", *rank_args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=clean_env(**(env or {})))
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=clean_env(**(env or {})))
+    done.stderr = program_stderr(done.stderr)
+    return done
 
 
 def one_error(result, status, what):
@@ -102,7 +104,9 @@ def test_unwritable_output_on_rank_0(tmp_path):
     (["--colour", "red"], "unrecognized arguments: --colour red"),
     (["--optimizer", "sgd", "--sync", "ps", "--servers", "2"], "servers=2 with 2 ranks"),
     (["--model", "mlp", "--optimizer", "newton"], "Newton's method needs a model with a Hessian"),
-], ids=["combination", "choice", "range", "type", "fraction", "unknown", "servers", "newton-mlp"])
+    (["--optimizer", "sgd", "--sync", "ddp", "--compress", "int8", "--checkpoint", "c.npz"],
+     "--checkpoint does not hold ddp's per-bucket error-feedback state"),
+], ids=["combination", "choice", "range", "type", "fraction", "unknown", "servers", "newton-mlp", "ddp-compress-ckpt"])
 def test_usage_errors(args, what):
     # a usage error is found before any data is read: a missing file is not reached
     one_error(launch(*args, "--data", "/nonexistent.svm", "--no-progress"), 2, what)
@@ -178,7 +182,7 @@ def test_unexpected_error_on_one_rank_aborts():
     """A bug on rank 1 while rank 0 waits in a collective: the launch ends (no hang) with the
     abort status, naming the rank and the exception in one line of ours, then the rank, host and
     traceback (a bug report needs them; issue: jobs that fail loudly)."""
-    result = subprocess.run([mpiexec_path(), "-n", "2", sys.executable, "-c", BUG_ON_RANK_1], capture_output=True,
+    result = subprocess.run([*launcher(), "-n", "2", sys.executable, "-c", BUG_ON_RANK_1], capture_output=True,
                             text=True, timeout=300, env=clean_env())
     assert result.returncode == EXIT_STATUS, result.stderr
     ours = [line for line in result.stderr.splitlines() if line.startswith(PREFIX)]

@@ -11,7 +11,7 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from collectives import executor
+from collectives import executor, transport
 from collectives.ops import dtype_code
 from collectives.schedule import ACC, Schedule
 
@@ -80,6 +80,8 @@ def test_truncating_receive_raises(raw):
     from collectives._engine import execute
 
     p, r = raw.size, raw.rank
+    if p == 1 and transport._SILENT_SELF_TRUNCATION:
+        pytest.skip("Open MPI does not report the truncation of a message a rank sends to itself")
     s = Schedule(r, p)
     s.sendrecv((r + 1) % p, (ACC, 0, 4), (r - 1) % p, (ACC, 4, 2))
     acc = np.arange(8, dtype=np.int64)

@@ -11,15 +11,19 @@ from mpi4py import MPI
 
 import collectives
 from collectives import comm as comm_module
+from util import uneven
 
 pytestmark = pytest.mark.skipif(not comm_module.NATIVE, reason="the fast path is the native executor's")
 
 
-def ran_fast(comm, call):
-    """Run ``call``; whether the fast path ran it."""
+def ran_fast(comm, call, times=1):
+    """Run ``call`` (waiting for the Request a nonblocking call returns); whether the fast
+    path ran ``times`` collectives for it."""
     before = comm._fast.calls
-    call()
-    return comm._fast.calls == before + 1
+    req = call()
+    if hasattr(req, "wait"):
+        req.wait()
+    return comm._fast.calls == before + times
 
 
 def data(comm, n, dtype=np.float32):
@@ -118,14 +122,11 @@ def test_per_call_algorithm_on_the_fast_path(comm, mpi_comm, algorithm):
 
 
 def test_unusual_buffers_take_the_python_path(comm, mpi_comm):
-    """Fortran-ordered 2-D arrays and op names are the general path's; results still match."""
+    """Fortran-ordered 2-D arrays are the general path's; results still match."""
     x = np.asfortranarray(data(comm, 6).reshape(2, 3))
     got, want = np.zeros_like(x), np.zeros_like(x)
     mpi_comm.Allreduce(x, want)
     assert not ran_fast(comm, lambda: comm.Allreduce(x, got))
-    np.testing.assert_array_equal(got, want)
-    got[:] = 0
-    assert not ran_fast(comm, lambda: comm.Allreduce(x.ravel(order="K"), got.ravel(order="K"), op="sum"))
     np.testing.assert_array_equal(got, want)
 
 
@@ -160,3 +161,194 @@ def test_plan_cache_is_bounded(mpi_comm, check, monkeypatch):
         assert 0 < plans.nbytes <= plans.max_bytes
     assert plans.evictions > 0 and len(plans) < 200
     c.Free()
+
+
+LAYOUTS = {
+    "uneven, reversed displs": uneven,
+    "in rank order": lambda p: (uneven(p)[0], None, sum(uneven(p)[0])),
+}
+
+
+def vector_spec(buf, counts, displs, form):
+    """The v-variant buffer spec in one of mpi4py's forms."""
+    if displs is None:
+        return [buf, counts, MPI.INT] if form == 0 else [buf, (counts, None), MPI.INT]
+    return [buf, (counts, displs), MPI.INT] if form == 0 else [buf, counts, displs, MPI.INT]
+
+
+@pytest.mark.parametrize("form", [0, 1])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_vector_variants_take_the_fast_path(comm, mpi_comm, layout, form):
+    """Allgatherv, Gatherv and Scatterv with per-rank counts and displacements, against native."""
+    p, r, root = comm.size, comm.rank, comm.size - 1
+    counts, displs, total = LAYOUTS[layout](p)
+    own = np.arange(counts[r], dtype=np.int32) + 100 * r
+    whole = np.arange(total, dtype=np.int32) * 3 + 1
+    for name, call in {
+        "Allgatherv": lambda c, out: c.Allgatherv(own, vector_spec(out, counts, displs, form)),
+        "Gatherv": lambda c, out: c.Gatherv(own, vector_spec(out, counts, displs, form)
+                                            if r == root else None, root=root),
+        "Scatterv": lambda c, out: c.Scatterv(vector_spec(whole, counts, displs, form)
+                                              if r == root else None, out[:counts[r]], root=root),
+    }.items():
+        got, want = np.full(total, -1, np.int32), np.full(total, -1, np.int32)
+        assert ran_fast(comm, lambda: call(comm, got)), name
+        call(mpi_comm, want)
+        np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+def test_vector_variants_in_place(comm, mpi_comm):
+    p, r, root = comm.size, comm.rank, 0
+    counts, displs, total = uneven(p)
+    start = np.arange(total, dtype=np.int32) + 10 * r
+    calls = {
+        "Allgatherv": lambda c, buf: c.Allgatherv(MPI.IN_PLACE, [buf, (counts, displs), MPI.INT]),
+        "Gatherv": lambda c, buf: c.Gatherv(
+            MPI.IN_PLACE if r == root else buf[displs[r]:displs[r] + counts[r]],
+            [buf, (counts, displs), MPI.INT], root=root),
+        "Scatterv": lambda c, buf: c.Scatterv(
+            [buf, (counts, displs), MPI.INT], MPI.IN_PLACE if r == root else buf[:counts[r]], root=root),
+    }
+    for name, call in calls.items():
+        got, want = start.copy(), start.copy()
+        assert ran_fast(comm, lambda: call(comm, got)), name
+        call(mpi_comm, want)
+        np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+def test_vector_counts_that_do_not_fit_are_refused(comm):
+    """Counts past the end of the buffer: the fast path declines, the general path says why."""
+    counts = [2] * comm.size
+    with pytest.raises(ValueError, match="reach element"):
+        comm.Allgatherv(np.zeros(2, np.int32), [np.zeros(2 * comm.size - 1, np.int32), counts, MPI.INT])
+
+
+def test_nonblocking_forms_take_the_fast_path(comm, mpi_comm):
+    p, r, n = comm.size, comm.rank, 5
+    x = data(comm, n)
+    counts, displs, total = uneven(p)
+    calls = {
+        "allreduce": (lambda c, out: c.Iallreduce(x, [out, n, MPI.FLOAT], op=MPI.MAX), n, "Allreduce"),
+        "bcast": (lambda c, out: c.Ibcast(out, root=p - 1), n, "Bcast"),
+        "reduce": (lambda c, out: c.Ireduce([x, MPI.FLOAT], out, root=0), n, "Reduce"),
+        "allgather": (lambda c, out: c.Iallgather(x, out), n * p, "Allgather"),
+        "allgatherv": (lambda c, out: c.Iallgatherv(x[:counts[r]], [out, (counts, displs), MPI.FLOAT]),
+                       total, "Allgatherv"),
+        "reduce_scatter_block": (lambda c, out: c.Ireduce_scatter_block(np.tile(x, p), out[:n]),
+                                 n, "Reduce_scatter_block"),
+        "reduce_scatter": (lambda c, out: c.Ireduce_scatter(np.tile(x, p), out, [n] * p), n,
+                           "Reduce_scatter"),
+    }
+    for name, (call, size, blocking) in calls.items():
+        got, want = np.arange(size, dtype=np.float32), np.arange(size, dtype=np.float32)
+        assert ran_fast(comm, lambda: call(comm, got)), name
+        # The reference is mpi4py's blocking call on the same arguments.
+        args, kwargs = call(_Blocking(), want)
+        getattr(mpi_comm, blocking)(*args, **kwargs)
+        np.testing.assert_array_equal(got, want, err_msg=name)
+    assert ran_fast(comm, comm.Ibarrier)
+
+
+class _Blocking:
+    """Records the arguments of an I-method call instead of making it."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: (args, kwargs)
+
+
+def test_nonblocking_queue_runs_fast_calls_in_order(comm, mpi_comm):
+    """Several pending calls, then a blocking one queued behind them: all on the fast path,
+    completed in order, with native's results."""
+    xs = [data(comm, 7) * (k + 1) for k in range(4)]
+    outs = [np.zeros(7, np.float32) for _ in xs]
+    before = comm._fast.calls
+    reqs = [comm.Iallreduce(x, out) for x, out in zip(xs[:3], outs)]
+    comm.Allreduce(xs[3], outs[3])
+    for req in reqs:
+        req.wait()
+    assert comm._fast.calls == before + 4
+    for x, out in zip(xs, outs):
+        want = np.empty_like(x)
+        mpi_comm.Allreduce(x, want)
+        np.testing.assert_array_equal(out, want)
+
+
+def test_nonblocking_falls_back_on_the_progress_thread(comm, mpi_comm):
+    """A strided send buffer is the general path's: the job runs where the fast call would."""
+    x = np.repeat(data(comm, 6), 2)[::2]
+    got, want = np.zeros(6, np.float32), np.zeros(6, np.float32)
+    assert not ran_fast(comm, lambda: comm.Iallreduce(x, got))
+    mpi_comm.Allreduce(np.ascontiguousarray(x), want)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_op_names_take_the_fast_path(comm, mpi_comm):
+    x = data(comm, 4)
+    got, want = np.zeros_like(x), np.zeros_like(x)
+    assert ran_fast(comm, lambda: comm.Allreduce(x, got, op="max"))
+    mpi_comm.Allreduce(x, want, op=MPI.MAX)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_functional_family_takes_the_fast_path(comm, mpi_comm):
+    """collectives.allreduce(comm, x) and its siblings: one fast call each (scatter two: it
+    broadcasts the root's dtype and shape first)."""
+    p, r, n = comm.size, comm.rank, 4
+    x = data(comm, n)
+    rows = np.tile(x, (p, 1))
+    sums, maxes = np.empty_like(x), np.empty_like(x)
+    mpi_comm.Allreduce(x, sums)
+    mpi_comm.Allreduce(x, maxes, op=MPI.MAX)
+    gathered = np.empty((p, n), np.float32)
+    mpi_comm.Allgather(x, gathered)
+    blocks = np.empty((1, n), np.float32)
+    mpi_comm.Reduce_scatter_block(rows, blocks)
+    results = {}
+    calls = {
+        "allreduce": (lambda: collectives.allreduce(comm, x), sums),
+        "allreduce max": (lambda: collectives.allreduce(comm, x, op="max"), maxes),
+        "iallreduce": (lambda: collectives.iallreduce(comm, x), sums),
+        "bcast": (lambda: collectives.bcast(comm, x, root=p - 1), data(comm, n) - r + p - 1),
+        "reduce": (lambda: collectives.reduce(comm, x, root=0), sums if r == 0 else None),
+        "allgather": (lambda: collectives.allgather(comm, x), gathered),
+        "reduce_scatter": (lambda: collectives.reduce_scatter(comm, rows), blocks),
+        "gather": (lambda: collectives.gather(comm, x, root=0), gathered if r == 0 else None),
+        "scatter": (lambda: collectives.scatter(comm, rows, root=0), x - r),
+    }
+    for name, (call, want) in calls.items():
+        assert ran_fast(comm, lambda: results.setdefault(name, call()), 2 if name == "scatter" else 1), name
+        got = results[name]
+        got = got.wait() if hasattr(got, "wait") else got
+        if want is None:
+            assert got is None, name
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=name)
+    assert ran_fast(comm, lambda: collectives.barrier(comm))
+
+
+def test_gatherv_ranks_on_different_paths_still_agree(comm, mpi_comm):
+    """The root on the general path (a type character, not an MPI.Datatype), the others on the
+    fast path: they meet in one agreement, where the others' unknown counts are neutral."""
+    p, r, root = comm.size, comm.rank, 0
+    counts, displs, total = uneven(p)
+    own = np.arange(counts[r], dtype=np.int32) + 100 * r
+    got, want = np.full(total, -1, np.int32), np.full(total, -1, np.int32)
+    spec = [got, (counts, displs), "i"] if r == root else None
+    assert ran_fast(comm, lambda: comm.Gatherv(own, spec, root=root)) == (r != root)
+    mpi_comm.Gatherv(own, [want, (counts, displs), MPI.INT] if r == root else None, root=root)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_vector_count_mismatch_raises_everywhere(comm):
+    """A rank sending another count than the root expects of it: the same error on every rank."""
+    p, r = comm.size, comm.rank
+    if p < 2:
+        pytest.skip("a mismatch across ranks needs two ranks")
+    counts = [2] * p
+    own = np.zeros(3 if r == 1 else 2, np.int32)
+    recv = [np.zeros(2 * p, np.int32), counts, MPI.INT] if r == 0 else None
+    with pytest.raises(ValueError, match="count1 ranges 2..3"):
+        comm.Gatherv(own, recv, root=0)
+    with pytest.raises(ValueError, match="count1 ranges 2..3"):
+        comm.Allgatherv(own, [np.zeros(2 * p + 1, np.int32), [3 if i == 1 else 2 for i in range(p)]
+                              if r == 1 else counts, MPI.INT])

@@ -77,6 +77,8 @@ def test_near_valid_lines(tmp_path, lines):
 
 @FUZZ
 @given(data=st.binary(max_size=200))
+@example(data=b"\x1c")  # a blank to Python's str.split, not to C's isspace: a malformed line
+@example(data=b"1 1:2\x1f3:4\n")
 def test_arbitrary_bytes(tmp_path, data):
     path = tmp_path / "fuzz.svm"
     path.write_bytes(data)

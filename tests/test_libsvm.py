@@ -115,7 +115,9 @@ BAD = [(b"1 1:2\n1 1:x\n", 2, "could not convert"), (b"1 1:2\n\n# c\nfoo 1:1\n",
        (b"1 1:1\n1 99999999999999999999999:1\n", 2, "feature index 9+ outside"),
        (b"1 qid:99999999999999999999999 1:1\n", 1, "qid .* 64 bits"),
        (b"1 1:1\n1e400 1:1\n", 2, "label '1e400' is not a finite"),
-       (b"1 1:nan\n", 1, "value of feature 1 'nan' is not a finite")]
+       (b"1 1:nan\n", 1, "value of feature 1 'nan' is not a finite"),
+       # \x1c-\x1f are blanks to Python's str.split but not to C's isspace: these raised IndexError.
+       (b"1 1:1\n\x1c\n", 2, "could not convert"), (b"1 1:2\x1f3:4\n", 1, "could not convert")]
 
 
 @pytest.mark.parametrize("content,line,what", BAD, ids=[str(i) for i in range(len(BAD))])

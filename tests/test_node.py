@@ -5,6 +5,7 @@ from mpi4py import MPI
 
 import collectives
 from collectives.node import layout
+from tests.launch import mpiexec, own_jobs
 from util import ALL_DTYPES, assert_close, check_allreduce, make_data, reference, sizes
 
 NODE_ALGORITHMS = ["allreduce_hierarchical", "allreduce_node_leader"]
@@ -85,11 +86,9 @@ def test_bad_layout(spec):
         layout(spec, 6)
 
 
+@own_jobs
 def test_six_ranks_in_a_job_of_their_own():
     """2x3 and 3x2 need 6 ranks, which the suite's launches (1..5, 8) never have: launch them."""
-    if MPI.COMM_WORLD.size != 1:
-        pytest.skip("launched once, from the one-rank run")
-    from launch import mpiexec
 
     done = mpiexec(6, ["-m", "pytest", "-p", "no:cacheprovider", "-q", "-k", "2x3 or 3x2", "tests/test_node.py"],
                    timeout=600, env={"MPIR_CVAR_DEVICE_COLLECTIVES": "none", "OPENBLAS_NUM_THREADS": "1"})

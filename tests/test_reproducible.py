@@ -22,7 +22,7 @@ from collectives.train.errors import UsageError
 from collectives.train.job import make_trainer, prepare
 from collectives.train.models import Softmax
 from collectives.train.trainer import check_options
-from tests.launch import mpiexec
+from tests.launch import mpiexec, own_jobs
 
 WORLD = MPI.COMM_WORLD
 ALGORITHMS = names("allreduce")
@@ -118,7 +118,7 @@ def test_tree_sum_is_the_stated_tree():
     assert D.tree_sum(np.array([[-0.0, 2.0]]))[1] == 2.0
 
 
-@pytest.mark.skipif(WORLD.size > 1, reason="launches jobs of its own; runs in the 1-rank launch")
+@own_jobs
 def test_command_line_np1_and_np3_save_the_same_bits(tmp_path):
     saved = []
     for n in (1, 3):

@@ -13,6 +13,11 @@ Cost: (p-1) alpha + ((p-1)/p) n beta.
 from ..schedule import ACC, displacements
 
 
+def cost(p, n, alpha, beta, gamma):
+    """The header's Cost for p ranks and n bytes."""
+    return (p - 1) * alpha + (p - 1) / p * n * beta
+
+
 def allgather_pairwise(s, counts):
     """All-gather the blocks of ACC: in round k, send the own block to r+k, receive r-k's."""
     p, r = s.size, s.rank

@@ -12,10 +12,17 @@ Restrictions: none; blocks may be uneven or empty.  Latency-optimal for p a powe
 uneven blocks make the larger swaps uneven too.
 
 Cost: (lg pof2) alpha + ((pof2-1)/pof2) n beta for p a power of two; otherwise two more
-messages: (lg pof2 + 2) alpha + (about 2) n beta.
+messages, a block in and the whole vector out: 2 more alpha and (1 + 1/p) n more beta.
 """
 from ..schedule import ACC, displacements
+from ._cost import pof2, folded
 from ._fold import Fold
+
+
+def cost(p, n, alpha, beta, gamma):
+    """The header's Cost for p ranks and n bytes."""
+    q, e = pof2(p), folded(p)
+    return (q.bit_length() - 1 + 2 * e) * alpha + ((q - 1) / q + e * (1 + 1 / p)) * n * beta
 
 
 def allgather_recursive_doubling(s, counts, fold_in=True):

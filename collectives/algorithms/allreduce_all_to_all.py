@@ -9,9 +9,15 @@ Restrictions: (p-1) n elements of scratch; the registry refuses it above
 COLLECTIVES_MAX_SCRATCH.  One round of messages, so it can win for tiny vectors on few
 ranks; it moves p-1 times the data of the ring.
 
-Cost: alpha + (p-1) n beta + (p-1) n gamma (the p-1 messages of a rank in flight at once).
+Cost: (p-1) alpha + (p-1) n beta + (p-1) n gamma: a rank's p-1 messages are in flight at once,
+but each still pays its start-up, so the model charges every one.
 """
 from ..schedule import ACC, TMP
+
+
+def cost(p, n, alpha, beta, gamma):
+    """The header's Cost for p ranks and n bytes."""
+    return (p - 1) * (alpha + n * (beta + gamma))
 
 
 def allreduce_all_to_all(s, count):

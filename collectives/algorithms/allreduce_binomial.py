@@ -10,8 +10,14 @@ each round, so long vectors prefer allreduce_ring or allreduce_rabenseifner.
 Cost: 2 ceil(lg p) (alpha + n beta) + ceil(lg p) n gamma.
 """
 from ..schedule import ACC
+from ._cost import lg
 from .bcast_binomial import bcast_binomial
 from .reduce_binomial import reduce_binomial
+
+
+def cost(p, n, alpha, beta, gamma):
+    """The header's Cost for p ranks and n bytes."""
+    return 2 * lg(p) * (alpha + n * beta) + lg(p) * n * gamma
 
 
 def allreduce_binomial(s, count):

@@ -16,10 +16,19 @@ Restrictions: the same number of ranks on every node (the lanes all-reduce equal
 
 Cost, with intra-node (a, b) and inter-node (A, B) alpha-beta: ring reduce-scatter and
 all-gather in the node, 2 (k-1) a + 2 (k-1)/k n b + (k-1)/k n gamma, plus the lane all-reduce
-of n/k elements over m nodes, about 2 (m-1) A + 2 (m-1)/m (n/k) B + (m-1)/m (n/k) gamma.
+of n/k elements over m nodes by ring, 2 (m-1) A + 2 (m-1)/m (n/k) B + (m-1)/m (n/k) gamma.
 """
 import numpy as np
 from mpi4py import MPI
+
+
+def cost(p, n, alpha, beta, gamma, k=None, inter=None):
+    """The header's Cost for p ranks (k per node, default all on one) and n bytes; ``inter``
+    is (A, B) between nodes, default (alpha, beta)."""
+    k = p if k is None else k
+    m, (big_a, big_b) = p // k, inter or (alpha, beta)
+    return (2 * (k - 1) * alpha + 2 * (k - 1) / k * n * beta + (k - 1) / k * n * gamma
+            + 2 * (m - 1) * big_a + 2 * (m - 1) / m * (n / k) * big_b + (m - 1) / m * (n / k) * gamma)
 
 
 def allreduce_hierarchical(nodes, send, recv, op):

@@ -18,6 +18,16 @@ elements, lg m (A + n B + n gamma) by recursive doubling.
 """
 from mpi4py import MPI
 
+from ._cost import lg
+
+
+def cost(p, n, alpha, beta, gamma, k=None, inter=None):
+    """The header's Cost for p ranks (k per node, default all on one) and n bytes; ``inter``
+    is (A, B) between nodes, default (alpha, beta)."""
+    k = p if k is None else k
+    m, (big_a, big_b) = p // k, inter or (alpha, beta)
+    return 2 * lg(k) * (alpha + n * beta) + lg(k) * n * gamma + lg(m) * (big_a + n * big_b + n * gamma)
+
 
 def allreduce_node_leader(nodes, send, recv, op):
     """All-reduce ``send`` (None: in place) into ``recv`` over the node structure ``nodes``."""

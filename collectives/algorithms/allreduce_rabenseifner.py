@@ -13,9 +13,17 @@ latency terms: the choice for large messages on many ranks.
 Cost: 2 lg pof2 alpha + 2 ((pof2-1)/pof2) n beta + ((pof2-1)/pof2) n gamma for p a power of
 two; otherwise 2 more alpha, 2 n more beta and n more gamma.
 """
+from ._cost import pof2, folded
 from ._fold import Fold
 from .allgather_recursive_doubling import allgather_recursive_doubling
 from .reduce_scatter_recursive_halving import reduce_scatter_recursive_halving
+
+
+def cost(p, n, alpha, beta, gamma):
+    """The header's Cost for p ranks and n bytes."""
+    q, e = pof2(p), folded(p)
+    f = (q - 1) / q
+    return (2 * (q.bit_length() - 1) + 2 * e) * alpha + (2 * f + 2 * e) * n * beta + (f + e) * n * gamma
 
 
 def allreduce_rabenseifner(s, count):

@@ -18,7 +18,14 @@ Cost: lg pof2 steps, plus 2 when p is not a power of two:
 (lg pof2 + 2) alpha + (lg pof2 + 2) n beta + (lg pof2 + 1) n gamma.
 """
 from ..schedule import ACC, TMP
+from ._cost import pof2, folded
 from ._fold import Fold
+
+
+def cost(p, n, alpha, beta, gamma):
+    """The header's Cost for p ranks and n bytes."""
+    steps, e = pof2(p).bit_length() - 1, folded(p)
+    return (steps + 2 * e) * (alpha + n * beta) + (steps + e) * n * gamma
 
 
 def allreduce_recursive_doubling(s, count):

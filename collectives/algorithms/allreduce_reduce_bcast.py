@@ -11,6 +11,11 @@ Cost: 2 (p-1) (alpha + n beta) + (p-1) n gamma, all at rank 0.
 from ..schedule import ACC, TMP
 
 
+def cost(p, n, alpha, beta, gamma):
+    """The header's Cost for p ranks and n bytes."""
+    return 2 * (p - 1) * (alpha + n * beta) + (p - 1) * n * gamma
+
+
 def allreduce_reduce_bcast(s, count):
     """All-reduce ACC in place through rank 0, linearly."""
     p = s.size

@@ -14,6 +14,11 @@ from .allgather_ring import allgather_ring
 from .reduce_scatter_ring import reduce_scatter_ring
 
 
+def cost(p, n, alpha, beta, gamma):
+    """The header's Cost for p ranks and n bytes."""
+    return 2 * (p - 1) * alpha + 2 * (p - 1) / p * n * beta + (p - 1) / p * n * gamma
+
+
 def allreduce_ring(s, count):
     """All-reduce IN into ACC: ring reduce-scatter, then ring all-gather."""
     counts, _ = blocks(count, s.size)

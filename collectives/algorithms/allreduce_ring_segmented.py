@@ -27,6 +27,13 @@ from .reduce_scatter_ring import reduce_scatter_ring
 SEGMENT = 16 << 10
 
 
+def cost(p, n, alpha, beta, gamma, itemsize=4):
+    """The header's Cost for p ranks and n bytes (float32 segments)."""
+    m = SEGMENT * itemsize
+    return ((p - 1) * (-(-n // (p * m)) + 1) * alpha + 2 * (p - 1) / p * n * beta
+            + (p - 1) / p * n * gamma)
+
+
 def allreduce_ring_segmented(s, count):
     """All-reduce IN into ACC: ring reduce-scatter in segments, then ring all-gather."""
     counts, _ = blocks(count, s.size)

@@ -21,6 +21,11 @@ from .allgather_pairwise import allgather_pairwise
 from .reduce_scatter_pairwise import reduce_scatter_pairwise
 
 
+def cost(p, n, alpha, beta, gamma):
+    """The header's Cost for p ranks and n bytes."""
+    return 2 * (p - 1) * alpha + 2 * (p - 1) / p * n * beta + (p - 1) / p * n * gamma
+
+
 def allreduce_round_robin(s, count):
     """All-reduce IN into ACC: pairwise reduce-scatter to block owners, pairwise all-gather back."""
     counts, _ = blocks(count, s.size)

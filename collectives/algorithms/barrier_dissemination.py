@@ -9,6 +9,12 @@ Restrictions: none; any p.
 Cost: ceil(lg p) alpha.
 """
 from ..schedule import ACC
+from ._cost import lg
+
+
+def cost(p, n, alpha, beta, gamma):
+    """The header's Cost for p ranks and n bytes."""
+    return lg(p) * alpha
 
 
 def barrier_dissemination(s):

@@ -10,6 +10,11 @@ Cost: 2 (p-1) alpha at rank 0.
 from ..schedule import ACC
 
 
+def cost(p, n, alpha, beta, gamma):
+    """The header's Cost for p ranks and n bytes."""
+    return 2 * (p - 1) * alpha
+
+
 def barrier_linear(s):
     """Synchronise every rank through rank 0."""
     p = s.size

@@ -11,6 +11,12 @@ Cost: ceil(lg p) (alpha + n beta).
 """
 from ..schedule import ACC
 from ._binomial import tree
+from ._cost import lg
+
+
+def cost(p, n, alpha, beta, gamma):
+    """The header's Cost for p ranks and n bytes."""
+    return lg(p) * (alpha + n * beta)
 
 
 def bcast_binomial(s, nbytes, root, at=(ACC, 0)):

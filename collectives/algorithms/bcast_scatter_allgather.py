@@ -10,8 +10,14 @@ short messages prefer bcast_binomial.
 Cost: (ceil(lg p) + p - 1) alpha + 2 ((p-1)/p) n beta.
 """
 from ..schedule import ACC, blocks
+from ._cost import lg
 from .allgather_ring import allgather_ring
 from .scatter_binomial import scatter_binomial
+
+
+def cost(p, n, alpha, beta, gamma):
+    """The header's Cost for p ranks and n bytes."""
+    return (lg(p) + p - 1) * alpha + 2 * (p - 1) / p * n * beta
 
 
 def bcast_scatter_allgather(s, nbytes, root):

@@ -12,6 +12,11 @@ from ..schedule import ACC, IN
 from ._linear import star
 
 
+def cost(p, n, alpha, beta, gamma):
+    """The header's Cost for p ranks and n bytes."""
+    return (p - 1) * alpha + (p - 1) / p * n * beta
+
+
 def gather_linear(s, counts, root):
     """Gather IN of every rank i (``counts[i]`` elements) into ACC of ``root``, in rank order."""
     star(s, counts, root, whole=ACC, own=IN, to_root=True)

@@ -15,6 +15,12 @@ Cost: ceil(lg p) (alpha + n beta + n gamma) at the root.
 """
 from ..schedule import ACC, IN, TMP
 from ._binomial import tree
+from ._cost import lg
+
+
+def cost(p, n, alpha, beta, gamma):
+    """The header's Cost for p ranks and n bytes."""
+    return lg(p) * (alpha + n * beta + n * gamma)
 
 
 def reduce_binomial(s, count, root, src=IN):

@@ -24,6 +24,11 @@ Cost: (p-1) alpha + ((p-1)/p) n beta + ((p-1)/p) n gamma.
 from ..schedule import ACC, TMP, displacements
 
 
+def cost(p, n, alpha, beta, gamma):
+    """The header's Cost for p ranks and n bytes."""
+    return (p - 1) * alpha + (p - 1) / p * n * (beta + gamma)
+
+
 def reduce_scatter_pairwise(s, counts, src=ACC):
     """Reduce-scatter ``src`` into ACC: in round k, send block r+k to its owner, fold in block r from r-k."""
     p, r = s.size, s.rank

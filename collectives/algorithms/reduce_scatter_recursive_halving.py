@@ -15,11 +15,19 @@ Each block is reduced on one rank only, so combining in receive order needs no s
 between partners to give every reader the same bits.
 
 Cost: (lg pof2) alpha + ((pof2-1)/pof2) n (beta + gamma) for p a power of two; otherwise
-two more messages, the first of the whole vector: (lg pof2 + 2) alpha + (about 2) n beta
-+ (about 2) n gamma.
+two more messages, the whole vector in (combined) and a block out: 2 more alpha,
+(1 + 1/p) n more beta and n more gamma.
 """
 from ..schedule import ACC, TMP, displacements
+from ._cost import pof2, folded
 from ._fold import Fold
+
+
+def cost(p, n, alpha, beta, gamma):
+    """The header's Cost for p ranks and n bytes."""
+    q, e = pof2(p), folded(p)
+    return ((q.bit_length() - 1 + 2 * e) * alpha + ((q - 1) / q + e * (1 + 1 / p)) * n * beta
+            + ((q - 1) / q + e) * n * gamma)
 
 
 def reduce_scatter_recursive_halving(s, counts, fold_out=True):

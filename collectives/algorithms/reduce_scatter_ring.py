@@ -23,6 +23,11 @@ Cost: (p-1) alpha + ((p-1)/p) n beta + ((p-1)/p) n gamma; in segments of m eleme
 from ..schedule import ACC, TMP, displacements
 
 
+def cost(p, n, alpha, beta, gamma):
+    """The header's Cost for p ranks and n bytes."""
+    return (p - 1) * alpha + (p - 1) / p * n * (beta + gamma)
+
+
 def segments(off, cnt, segment):
     """The (offset, count) pieces of ``cnt`` elements at ``off`` cut every ``segment`` elements."""
     return [(at, min(segment, off + cnt - at)) for at in range(off, off + cnt, segment)]

@@ -12,6 +12,12 @@ Cost: ceil(lg p) alpha + ((p-1)/p) n beta at the root, for n bytes in all.
 """
 from ..schedule import ACC, IN, TMP
 from ._binomial import Blocks, tree
+from ._cost import lg
+
+
+def cost(p, n, alpha, beta, gamma):
+    """The header's Cost for p ranks and n bytes."""
+    return lg(p) * alpha + (p - 1) / p * n * beta
 
 
 def scatter_binomial(s, counts, root, whole=None):

@@ -11,6 +11,11 @@ from ..schedule import ACC, IN
 from ._linear import star
 
 
+def cost(p, n, alpha, beta, gamma):
+    """The header's Cost for p ranks and n bytes."""
+    return (p - 1) * alpha + (p - 1) / p * n * beta
+
+
 def scatter_linear(s, counts, root):
     """Scatter the blocks of IN at ``root``, block i (``counts[i]`` elements) to ACC of rank i."""
     star(s, counts, root, whole=IN, own=ACC, to_root=False)

@@ -178,13 +178,29 @@ def load(path):
     return meta, state
 
 
-def check(path, meta, options, model_size):
-    """DataError if the checkpoint ``meta`` cannot resume a job with ``options``."""
+def check(path, meta, options, model_size, model=None):
+    """DataError if the checkpoint ``meta`` cannot resume a job with ``options`` (and ``model``,
+    the model's class name, when given)."""
+    if model is not None and meta.get("model") != model:
+        raise DataError(f"{path} was written by model {meta.get('model')!r}, this job's is {model!r}")
     if meta["model_size"] != model_size:
         raise DataError(f"{path} holds {meta['model_size']} parameters, this model has {model_size}")
     for k in SETTINGS:
         if meta["options"].get(k) != options[k]:
             raise DataError(f"{path} was written with {k}={meta['options'].get(k)!r}, resuming with {options[k]!r}")
+
+
+def check_state(path, state, expected):
+    """DataError unless ``state`` holds every entry of ``expected`` (name -> shape, ``()`` for an
+    integer), each array with that trailing shape (a per-rank layout stacks a leading axis).
+    An entry this job holds empty is a history that grows (L-BFGS's S and Y): only its presence
+    is checked."""
+    for k, shape in expected.items():
+        if k not in state:
+            raise DataError(f"{path} holds no {k!r} state (written by another model or optimizer)")
+        got = np.shape(state[k])
+        if shape != () and 0 not in shape and got[len(got) - len(shape):] != tuple(shape):
+            raise DataError(f"{path} holds {k} of shape {got}, this job's is {tuple(shape)}")
 
 
 def rank_state(state, nranks, rank, size):

@@ -1,5 +1,8 @@
 """The training job behind ``python -m collectives train``: data in, model and metrics out."""
 import argparse
+import contextlib
+import functools
+import io
 import json
 import os
 import sys
@@ -16,6 +19,7 @@ from .optim import OPTIMIZERS
 from .checkpoint import PREEMPTED, write_file
 from .errors import DataError, UsageError, together
 from .gossip import TOPOLOGIES
+from ..parallel.grid import layout, model_parallel
 from .trainer import DEFAULT_EPOCHS, DEFAULTS, SYNCS, Trainer, check_options
 
 
@@ -70,11 +74,12 @@ def prepare(comm, path=D.DIGITS, classify=True, test_fraction=0.2, seed=0, stand
     return Prepared(train, test, labels, mean, std, ds.X.shape[1], n_train)
 
 
-def make_trainer(comm, prepared, model="softmax", hidden=64, **options):
-    """A Trainer for ``model`` on ``prepared`` data."""
+def make_trainer(comm, prepared, model="softmax", hidden=64, net=None, **options):
+    """A Trainer for ``model`` on ``prepared`` data; ``net(n_features, n_classes)``, when given, makes
+    the model instead (a model-parallel one, collectives.parallel.grid.layout)."""
     classes = 0 if prepared.classes is None else len(prepared.classes)
     try:
-        net = make_model(model, prepared.n_features, classes, hidden)
+        net = (net or functools.partial(make_model, model, hidden=hidden))(prepared.n_features, classes)
     except ValueError as exc:  # the model does not fit the data (logistic on more than two classes)
         raise DataError(str(exc)) from exc
     return Trainer(comm, net, prepared.train, prepared.test, is_classifier=model in CLASSIFIERS, **options)
@@ -129,7 +134,7 @@ def parser():
     a("--allreduce", choices=["auto", *names("allreduce"), *(n.split("_", 1)[1] for n in names("allreduce"))],
       default=None, help="all-reduce algorithm (default: COLLECTIVES_ALLREDUCE or auto)")
     a("--compress", choices=list(COMPRESSORS), default="none",
-      help="gradient compressor for --sync sync")
+      help="gradient compressor for --sync sync, ddp (per bucket) or local (the change between averages)")
     a("--epochs", type=count, default=None, help="epochs (L-BFGS/Newton: iterations); default per optimizer")
     a("--batch", type=count, default=d["batch"], help="global minibatch size")
     a("--lr", type=float, default=None, help="learning rate (default 0.1 SGD, 0.01 Adam)")
@@ -155,6 +160,14 @@ def parser():
     a("--topology", choices=list(TOPOLOGIES), default=None, help="gossip: neighbour graph (default ring)")
     a("--data-servers", type=_at_least(0, int), default=0,
       help="sync: the last K ranks serve minibatches to the others instead of each reading its own rows")
+    a("--data-parallel", type=count, default=None,
+      help="ranks along the data axis of a grid with --tensor-parallel or --pipeline-parallel (default: the rest)")
+    a("--tensor-parallel", type=count, default=1,
+      help="split the MLP's hidden units (Megatron column/row layers) or the softmax's features over N ranks")
+    a("--pipeline-parallel", type=count, default=1, help="split the MLP's layers over N pipeline stages")
+    a("--layers", type=_at_least(2, int), default=2, help="linear layers of the MLP (ReLU between them)")
+    a("--micro-batches", type=count, default=4, help="pipeline: micro-batches per minibatch")
+    a("--pipeline-schedule", choices=["gpipe", "1f1b"], default="1f1b", help="pipeline: schedule of the micro-batches")
     a("--bucket-kb", type=float, default=d["bucket_kb"], help="ddp: bucket size in KiB")
     a("--test-fraction", type=_fraction, default=0.2, help="share of rows held out for testing, in [0, 1)")
     a("--no-standardize", action="store_true", help="keep features as read (sparse)")
@@ -198,15 +211,15 @@ def _run(comm, args):
     if args.log_every is None:
         epochs = args.epochs or DEFAULT_EPOCHS[args.optimizer]
         options["log_every"] = max(1, epochs // 20)
-    options = check_options(options, MODELS[args.model], comm.size)  # before reading any data
-    zero_based = {"auto": "auto", "yes": True, "no": False}[args.zero_based]
-    prepared = prepare(comm, args.data, classify, args.test_fraction, args.seed, not args.no_standardize,
-                       args.partition, args.shards, zero_based, options["reproducible"])
-    trainer = make_trainer(comm, prepared, args.model, args.hidden, **options)
-    if comm.rank == 0:
-        print(f"{os.path.basename(args.data)}: {prepared.n_train} training rows, {prepared.n_features} features; "
-              f"{args.model} / {args.optimizer} / {args.sync} on {comm.size} ranks")
-    w = trainer.fit()
+    parallel = model_parallel(args, comm.size)
+    # before reading any data; the trainer's ranks are the data axis
+    options = check_options(options, MODELS[args.model], comm.size // (args.tensor_parallel * args.pipeline_parallel))
+    grid, net = layout(comm, args, options) if parallel else (None, None)
+    try:
+        w, prepared, trainer = _train(grid.data if grid else comm, comm, args, classify, options, net)
+    finally:
+        if grid:
+            grid.Free()
     if trainer.preempted:
         if comm.rank == 0:
             print(f"collectives train: SIGTERM: checkpoint of step {trainer.t} written to {args.checkpoint}; "
@@ -217,6 +230,22 @@ def _run(comm, args):
         if comm.rank == 0:
             _report(args, prepared, trainer, w, metrics, classify)
     return 0
+
+
+def _train(comm, world, args, classify, options, net):
+    """Prepare the data over ``comm`` (the data axis of ``world``) and train; (parameters, Prepared, Trainer)."""
+    zero_based = {"auto": "auto", "yes": True, "no": False}[args.zero_based]
+    prepared = prepare(comm, args.data, classify, args.test_fraction, args.seed, not args.no_standardize,
+                       args.partition, args.shards, zero_based, options["reproducible"])
+    trainer = make_trainer(comm, prepared, args.model, args.hidden, net=net, **options)
+    grid = f" ({comm.size} data x {args.tensor_parallel} tensor x {args.pipeline_parallel} pipeline)" if net else ""
+    if world.rank == 0:
+        print(f"{os.path.basename(args.data)}: {prepared.n_train} training rows, {prepared.n_features} features; "
+              f"{args.model} / {args.optimizer} / {args.sync} on {world.size} ranks{grid}")
+    # every model rank of the data axis's rank 0 would print the trainer's table: world rank 0 alone does
+    quiet = contextlib.redirect_stdout(io.StringIO()) if world.rank and comm.rank == 0 else contextlib.nullcontext()
+    with quiet:
+        return trainer.fit(), prepared, trainer
 
 
 def _report(args, prepared, trainer, w, metrics, classify):

@@ -44,7 +44,9 @@ def _number(text, what):
 
 def _parse_line(text):
     """(label, qid or -1, indices, values) of one line; raise ValueError on malformed input."""
-    tokens = text.split()
+    # Split the bytes, not the decoded text: str.split also breaks at \x1c-\x1f, which C's
+    # isspace (LIBSVM's own reader) does not count as blanks.
+    tokens = [tok.decode("ascii") for tok in text.split()]
     label = _number(tokens[0], "label")
     qid = -1
     idx, val = [], []
@@ -98,7 +100,7 @@ def read_range(path, start, end):
             if not text or error is not None:
                 continue
             try:
-                label, qid, idx, val = _parse_line(text.decode("ascii"))
+                label, qid, idx, val = _parse_line(text)
             except (ValueError, UnicodeDecodeError) as exc:
                 error = (nlines, str(exc))
                 continue

@@ -26,6 +26,16 @@ def _augment(X):
     return np.hstack([dense, np.ones((dense.shape[0], 1))])
 
 
+def layout(shapes):
+    """(name -> (slice, shape), total size) of the arrays [(name, shape)] laid end to end in one vector."""
+    slices, at = {}, 0
+    for name, shape in shapes:
+        n = int(np.prod(shape))
+        slices[name] = (slice(at, at + n), shape)
+        at += n
+    return slices, at
+
+
 class Model:
     """What every model shares: the L2 penalty over the entries marked in ``penalised``."""
 
@@ -150,13 +160,8 @@ class MLP(Model):
     def __init__(self, n_features, n_classes, hidden=64):
         self.d, self.k, self.h = n_features, n_classes, hidden
         shapes = [("W1", (n_features, hidden)), ("b1", (hidden,)), ("W2", (hidden, n_classes)), ("b2", (n_classes,))]
-        self.slices, at = {}, 0
-        for name, shape in shapes:
-            n = int(np.prod(shape))
-            self.slices[name] = (slice(at, at + n), shape)
-            at += n
-        self.size = at
-        self.penalised = np.zeros(at)
+        self.slices, self.size = layout(shapes)
+        self.penalised = np.zeros(self.size)
         for name in ("W1", "W2"):
             self.penalised[self.slices[name][0]] = 1
 

@@ -71,7 +71,8 @@ class ParameterServer:
         n = t.comm.comm.allreduce(len(t.train))
         saved, start = {}, (0, 0)
         if t.resuming():
-            meta, saved = t.read_checkpoint(t.o["checkpoint"])
+            whole = dict(w=w, **t.new_optimizer(t.model.size).state())
+            meta, saved = t.read_checkpoint(t.o["checkpoint"], ckpt.shapes_of(whole))
             w, start = np.array(saved["w"], np.float64), (meta["epoch"], meta["step"])
         sub = t.comm.comm.Split(int(self.is_server), t.rank)
         with Comm(sub) as group:

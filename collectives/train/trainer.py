@@ -7,7 +7,11 @@
              (any ``allreduce`` algorithm, any ``compress``ion); L-BFGS and Newton too;
 * ``ddp``    the same, but gradients are all-reduced bucket by bucket with nonblocking
              collectives while the backward pass goes on (PyTorch DDP); overlap measured;
+             with ``compress``, each bucket's compressed all-reduce (its own error-feedback
+             state) runs as soon as the bucket is full, blocking;
 * ``local``  local SGD: each rank steps on its own rows, models averaged every H steps;
+             with ``compress``, what is averaged is the change since the last average
+             (compressed, with error feedback), added to that average on every rank;
 * ``fedavg`` federated averaging: per round a seeded fraction of clients (ranks) trains
              for E local epochs from the global model, then a weighted average;
 * ``ps``     parameter server (collectives.train.ps): asynchronous, or stale-synchronous
@@ -49,6 +53,7 @@ DEFAULTS = dict(
     progress=None, reproducible=None, straggler=(), measure_wait=None, topology=None, data_servers=0,
 )
 SYNCS = ("sync", "ddp", "local", "fedavg", "ps", "gossip")
+COMPRESSIBLE = ("sync", "ddp", "local")
 DEFAULT_EPOCHS = {"lbfgs": 300, "newton": 30, "sgd": 30, "adam": 30}
 DEFAULT_LR = {"sgd": 0.1, "adam": 0.01}
 
@@ -87,8 +92,11 @@ def check_options(options, model, size):
         raise UsageError(f"optimizer {o['optimizer']} needs full gradients: use --sync sync")
     if o["optimizer"] == "newton" and not hasattr(model, "hessian"):
         raise UsageError("Newton's method needs a model with a Hessian (not the MLP)")
-    if o["compress"] != "none" and (o["optimizer"] in optim.BATCH or o["sync"] != "sync"):
-        raise UsageError("--compress applies to stochastic gradients with --sync sync")
+    if o["compress"] != "none" and (o["optimizer"] in optim.BATCH or o["sync"] not in COMPRESSIBLE):
+        raise UsageError(f"--compress applies to stochastic gradients with --sync {', '.join(COMPRESSIBLE)}")
+    if o["compress"] != "none" and o["sync"] == "ddp" and o["checkpoint"]:
+        raise UsageError("--checkpoint does not hold ddp's per-bucket error-feedback state: "
+                         "with --compress, checkpoint under --sync sync or local")
     if o["compress"] not in compression.COMPRESSORS:
         raise UsageError(f"unknown compressor {o['compress']!r}; one of {', '.join(compression.COMPRESSORS)}")
     if o["sync"] == "ps" and not 1 <= o["servers"] < size:
@@ -158,7 +166,7 @@ class Trainer:
         self.preempted = False   # the ranks agreed to checkpoint and stop on a SIGTERM
         # "none" is the plain all-reduce (no compression pass at all)
         self.compressor = None if o["compress"] == "none" else compression.COMPRESSORS[o["compress"]]()
-        self.compress_state = None
+        self.compress_states = {}  # error-feedback state per compressed vector (ddp: per bucket)
         self.stragglers = stragglers.Stragglers(o["straggler"], self.rank, o["seed"])
         progress = o["progress"]
         self.show_progress = self.rank == 0 and (sys.stderr.isatty() if progress is None else progress)
@@ -205,7 +213,12 @@ class Trainer:
             return self.allreduce(g)
         self.synchronise()
         with self.clock("comm"):
-            out, self.compress_state = compression.allreduce(self.comm, g, self.compressor, self.compress_state)
+            return self.compressed_sum(g)
+
+    def compressed_sum(self, v, key=None):
+        """Sum ``v`` over the ranks through the compressor, with the error-feedback state of ``key``."""
+        out, self.compress_states[key] = compression.allreduce(self.comm, v, self.compressor,
+                                                               self.compress_states.get(key))
         return out
 
     def shard_sum(self, w, index, with_loss=False):
@@ -359,7 +372,7 @@ class Trainer:
 
     def save(self, path, epoch, step, w, opt):
         """Write the checkpoint of this step to ``path`` (collective; see train.checkpoint)."""
-        state = dict(w=w, **opt.state())
+        state = dict(w=w, **opt.state(), **self.compression_state())
         if ckpt.layout(self.o["sync"]) == "per-rank":
             states = ckpt.gather(self.comm.comm, state, lambda r: ckpt.shapes_of(state))
             if self.rank == 0:
@@ -379,8 +392,9 @@ class Trainer:
                 error = exc
         ckpt.agree(self.comm.comm, error)
 
-    def read_checkpoint(self, path):
-        """(meta, state) of the checkpoint at ``path``, checked against this job on every rank.
+    def read_checkpoint(self, path, expected):
+        """(meta, state) of the checkpoint at ``path``, checked against this job on every rank
+        (``expected``: name -> shape of the state it must hold, see checkpoint.check_state).
 
         DataError on every rank when any rank cannot use it: resuming some ranks but not
         others would train on silently mixed states.
@@ -388,7 +402,8 @@ class Trainer:
         meta = state = error = None
         try:
             meta, state = ckpt.load(path)
-            ckpt.check(path, meta, self.o, self.model.size)
+            ckpt.check(path, meta, self.o, self.model.size, type(self.model).__name__)
+            ckpt.check_state(path, state, expected)
         except DataError as exc:
             error = exc
         ckpt.agree(self.comm.comm, error)
@@ -397,12 +412,58 @@ class Trainer:
 
     def load(self, path, opt):
         """(w, epoch, step) restored from ``path`` into ``opt``, at any rank count (train.checkpoint)."""
-        meta, state = self.read_checkpoint(path)
+        meta, state = self.read_checkpoint(path, ckpt.shapes_of(dict(w=np.zeros(self.model.size),
+                                                                     **opt.state())))
         if meta["layout"] == "per-rank":
             state = ckpt.rank_state(state, meta["nranks"], self.rank, self.size)
         w = np.array(state.pop("w"), np.float64)
+        self.load_compression(state, meta["nranks"])
         opt.load(state)
         return w, meta["epoch"], meta["step"]
+
+    def compression_state(self):
+        """What ``--compress`` carries from step to step (collective): the compressor's step
+        counter (its seeds) and, on rank 0, every rank's error-feedback residuals, stacked: the
+        one of its gradient, and the one of its re-compression of the chunk it sums (placed
+        in a whole-length vector, with the chunk's bounds)."""
+        if self.compressor is None:
+            return {}
+        state = {"compress_step": self.compressor.step}
+        ef = self.compress_states.get(None)
+        residual = ef.residual if ef is not None else None
+        if ckpt.anyone(self.comm.comm, ef is not None and (residual is not None or ef.server is not None)):
+            n = self.model.size
+            mine = {"r": residual if residual is not None else np.zeros(n), "s": np.zeros(n), "span": np.zeros(2)}
+            if ef.server is not None:
+                lo, hi = ef.server_span
+                mine["s"][lo:hi] = ef.server
+                mine["span"][:] = lo, hi
+            rows = ckpt.gather(self.comm.comm, mine, lambda r: {"r": (n,), "s": (n,), "span": (2,)})
+            if rows is not None:
+                state["residuals"] = np.stack([row["r"] for row in rows])
+                state["owner_residuals"] = np.stack([row["s"] for row in rows])
+                state["owner_spans"] = np.stack([row["span"] for row in rows])
+        return state
+
+    def load_compression(self, state, nranks):
+        """Restore what ``compression_state`` saved (taking it out of ``state``).  At another
+        rank count the chunks differ: every rank gets an equal share of all the residuals
+        summed, so what compression had not yet sent is still sent, once."""
+        step, rows = state.pop("compress_step", None), state.pop("residuals", None)
+        owners, spans = state.pop("owner_residuals", None), state.pop("owner_spans", None)
+        if self.compressor is None:
+            return
+        self.compressor.step = step or 0
+        if rows is None:
+            return
+        ef = self.compress_states[None] = compression.ErrorFeedback()
+        if nranks != self.size:
+            ef.residual = (rows.sum(axis=0) + owners.sum(axis=0)) / self.size
+            return
+        ef.residual = np.array(rows[self.rank], np.float64)
+        lo, hi = (int(v) for v in spans[self.rank])
+        if hi > lo:
+            ef.server, ef.server_span = np.array(owners[self.rank][lo:hi], np.float64), (lo, hi)
 
     def resuming(self):
         """Whether to resume: --resume and the checkpoint exists on some rank."""
@@ -504,7 +565,7 @@ class Trainer:
             index, count = item
             X, y = self.train.X[index], self.train.y[index]
             g = np.empty_like(w)
-            pending, bucket, started = [], [], None
+            pending, bucket, started, blocked = [], [], None, [0.0]
             t = time.perf_counter()
             parts = self.model.backward(w, X, y)
             next(parts)
@@ -512,7 +573,12 @@ class Trainer:
             def launch():
                 buf = np.concatenate([part for _, part in bucket])
                 names = [name for name, _ in bucket]
-                pending.append((names, buf, self.comm.Iallreduce(MPI.IN_PLACE, buf, algorithm=self.o["allreduce"])))
+                if self.compressor is None:
+                    pending.append((names, buf, self.comm.Iallreduce(MPI.IN_PLACE, buf, algorithm=self.o["allreduce"])))
+                else:
+                    t0 = time.perf_counter()
+                    pending.append((names, self.compressed_sum(buf, tuple(names)), None))
+                    blocked[0] += time.perf_counter() - t0
                 bucket.clear()
 
             # a straggler slows each layer's backward down, so its buckets leave late too
@@ -527,16 +593,17 @@ class Trainer:
                 started = started or time.perf_counter()
                 launch()
             t_wait = time.perf_counter()
-            self.clock.total["compute"] += t_wait - t
+            self.clock.total["compute"] += t_wait - t - blocked[0]
             for names, buf, req in pending:
-                req.wait()
+                if req is not None:
+                    req.wait()
                 at = 0
                 for name in names:
                     sl = self.model.slices[name][0]
                     g[sl] = buf[at:at + sl.stop - sl.start]
                     at += sl.stop - sl.start
             end = time.perf_counter()
-            self.clock.total["comm"] += end - t_wait
+            self.clock.total["comm"] += end - t_wait + blocked[0]
             self.clock.total["hidden"] += t_wait - started
             spans.append((end - started, end - t_wait))
             opt.step(w, self.add_penalty(w, g / count))
@@ -554,14 +621,23 @@ class Trainer:
         """Mean of ``w`` over the ranks (a new array)."""
         return self.allreduce(w.copy()) / self.size
 
+    def compressed_average(self, w, anchor):
+        """``anchor`` (the last average, the same on every rank) plus the compressed mean of the
+        ranks' changes since it; becomes the new ``anchor`` and is returned."""
+        self.synchronise()
+        with self.clock("comm"):
+            anchor += self.compressed_sum(w - anchor) / self.size
+        return anchor
+
     def _local(self, w, opt, epoch0, step0):
         steps = self._local_steps()
+        anchor = None if self.compressor is None else self.average(w)
 
         def step(epoch, s, item):
             index, count = item
             opt.step(w, self.add_penalty(w, self.local_gradient(w, index) / count))
             if (self.t + 1) % self.o["local_steps"] == 0:
-                w[...] = self.average(w)
+                w[...] = self.average(w) if anchor is None else self.compressed_average(w, anchor)
         return self._loop(w, opt, epoch0, step0, lambda e: self.local_batches(e, steps), step, self._eval_average)
 
     def _eval_average(self, w):

@@ -1,0 +1,203 @@
+"""``collectives-bench model``: the alpha-beta-gamma cost model, fitted here, against measurements,
+and projected to large rank counts.
+
+    collectives-bench model                                # fit, compare with bench/results/tune_np*.json, project
+    collectives-bench model --params p.json results/*.json # reuse a fit; compare with these benchmark files
+
+* Fit: alpha and beta from a native ping-pong at np=2 (bench/p2p.py's ``latency``, one launch):
+  alpha is the fastest one-way time up to 4 KiB, beta the least (t - alpha) / n over
+  messages of 64 KiB and more (fastest times: other jobs on a shared machine only add to them).
+  gamma from the reduction kernel (collectives.kernels.reduce_into, float32 sum, the combine
+  every reducing schedule calls), best of several runs, 1-16 MiB.
+* Compare: every named algorithm's row of the given benchmark results at 64 KiB and more,
+  measured p50 and min beside ``cost(p, n, alpha, beta, gamma)`` from its module, and the errors.
+* Project: per collective, the algorithm of least predicted time and that time at 64 .. 4096
+  ranks for two interconnects (100 Gbit/s with 1.5 us, 25 Gbit/s with 5 us; gamma stays this
+  machine's), the sizes where the choice changes, beside MPICH's published thresholds.
+"""
+import argparse
+import glob
+import importlib
+import json
+import os
+import statistics
+import sys
+import time
+
+from bench.common import RESULTS, human, sizes, write_json
+
+NETWORKS = {"100Gbit/s+1.5us": (1.5e-6, 8 / 100e9), "25Gbit/s+5us": (5e-6, 8 / 25e9)}
+PROJECT_RANKS = (64, 256, 1024, 4096)
+LARGE = 64 << 10
+SMALL = 4 << 10
+# MPICH's defaults (pmodels/mpich, src/mpi/coll/cvars.txt and the CVAR blocks of the
+# collectives' sources): the size in bytes where its default choice changes.
+MPICH_DEFAULTS = {
+    "allreduce": "MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE=2048: recursive doubling up to 2048 B, "
+                 "reduce-scatter + allgather (Rabenseifner) above",
+    "bcast": "MPIR_CVAR_BCAST_SHORT_MSG_SIZE=12288, _LONG_MSG_SIZE=524288, _MIN_PROCS=8: binomial below "
+             "12288 B (or under 8 ranks), scatter + recursive-doubling allgather to 512 KiB (power of two), "
+             "scatter + ring allgather above",
+    "allgather": "MPIR_CVAR_ALLGATHER_SHORT_MSG_SIZE=81920, _LONG_MSG_SIZE=524288: recursive doubling below "
+                 "512 KiB for a power of two, Bruck below 80 KiB otherwise, ring above",
+    "reduce_scatter": "MPIR_CVAR_REDSCAT_COMMUTATIVE_LONG_MSG_SIZE=524288: recursive halving below 512 KiB, "
+                      "pairwise above (commutative ops)",
+}
+
+
+def cost_of(name):
+    """The ``cost`` function of algorithm ``name``."""
+    return importlib.import_module(f"collectives.algorithms.{name}").cost
+
+
+def fit_alpha_beta(rows):
+    """(alpha, beta) in seconds and seconds per byte from ping-pong rows (one-way min in us: on a
+    shared machine the fastest sample is the one other jobs did not delay)."""
+    points = sorted((row["size"], row["min(us)"] * 1e-6) for row in rows
+                    if row["algorithm"] == "native" and row["min(us)"] is not None)
+    small = [t for n, t in points if n <= SMALL]
+    if not small:
+        raise SystemExit(f"collectives-bench model: the ping-pong has no size up to {human(SMALL)} to fit alpha")
+    # Up to SMALL the time is all start-up: the fastest of them is alpha.
+    alpha = min(small)
+    slopes = [(t - alpha) / n for n, t in points if n >= LARGE and t > alpha]
+    if not slopes:
+        raise SystemExit(f"collectives-bench model: the ping-pong has no size of {human(LARGE)} or more "
+                         "slower than its small messages to fit beta (a disturbed run: fit again)")
+    return alpha, min(slopes)
+
+
+def fit_gamma(repeats=7):
+    """Seconds per byte of the float32 sum kernel, best of ``repeats`` runs per size, median over sizes."""
+    import numpy as np
+
+    from collectives import kernels
+    from collectives.ops import OP_CODE, dtype_code
+
+    code, add = dtype_code(np.float32), OP_CODE["sum"]
+    per_byte = []
+    for nbytes in (1 << 20, 4 << 20, 16 << 20):
+        dst, src = np.ones(nbytes // 4, np.float32), np.ones(nbytes // 4, np.float32)
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            kernels.reduce_into(dst, src, code, add)
+            best = min(best, time.perf_counter() - t0)
+        per_byte.append(best / nbytes)
+    return statistics.median(per_byte)
+
+
+def fit(budget):
+    """Fitted parameters: alpha, beta from a ping-pong launch at np=2, gamma in this process."""
+    from bench.launches import launch
+
+    results, error = launch(2, ["latency", "-m", "8:16M", "-f", "4", "--budget", str(budget)])
+    if error:
+        raise SystemExit(f"collectives-bench model: the ping-pong launch failed: {error}")
+    alpha, beta = fit_alpha_beta(results[0]["rows"])
+    return {"alpha_s": alpha, "beta_s_per_byte": beta, "gamma_s_per_byte": fit_gamma(),
+            "ping_pong_min_us": [(r["size"], r["min(us)"]) for r in results[0]["rows"] if r["algorithm"] == "native"]}
+
+
+def compare(results, params):
+    """Rows (collective, np, size, algorithm, measured p50 us, measured min us, predicted us, error
+    against p50, error against min) at LARGE and up."""
+    from collectives.registry import ALGORITHMS
+
+    a, b, g = params["alpha_s"], params["beta_s_per_byte"], params["gamma_s_per_byte"]
+    out = []
+    for result in results:
+        names = {algo.name for algo in ALGORITHMS.get(result["collective"], ())}
+        for row in result["rows"]:
+            if row["algorithm"] in names and row["place"] == "out" and row["size"] >= LARGE and row["p50(us)"]:
+                predicted = cost_of(row["algorithm"])(result["np"], row["size"], a, b, g) * 1e6
+                out.append((result["collective"], result["np"], row["size"], row["algorithm"], row["p50(us)"],
+                            row["min(us)"], predicted, predicted / row["p50(us)"] - 1, predicted / row["min(us)"] - 1))
+    return out
+
+
+def project(collective, p, alpha, beta, gamma, size_list):
+    """[(size, best algorithm, predicted us)] at ``p`` ranks."""
+    from collectives.registry import ALGORITHMS
+
+    out = []
+    for n in size_list:
+        times = {algo.name: cost_of(algo.name)(p, n, alpha, beta, gamma) for algo in ALGORITHMS[collective]}
+        best = min(times, key=times.get)
+        out.append((n, best, times[best] * 1e6))
+    return out
+
+
+def crossovers(collective, points):
+    """'name from SIZE' text for each change of choice along ascending ``points``."""
+    out, previous = [], None
+    for n, name, _ in points:
+        if name != previous:
+            out.append(f"{name[len(collective) + 1:]} from {human(n)}")
+            previous = name
+    return ", ".join(out)
+
+
+def results_from(paths):
+    """Benchmark result records in the JSON files ``paths`` (a sweep's own file or --json output)."""
+    out = []
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        out += data["results"] if "results" in data else [data]
+    return out
+
+
+def main(argv=None):
+    """``collectives-bench model``; the exit status."""
+    ap = argparse.ArgumentParser(prog="collectives-bench model", description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", nargs="*", help="benchmark JSON files to compare with "
+                    "(default bench/results/tune_np*.json, which `collectives-bench tune --raw bench/results` writes)")
+    ap.add_argument("--params", help="the fit of an earlier run (its --out file) instead of fitting")
+    ap.add_argument("--budget", type=float, default=0.5, help="seconds per ping-pong size when fitting")
+    ap.add_argument("--out", default=os.path.join(RESULTS, "model.json"), help="where to write the numbers")
+    args = ap.parse_args(argv)
+    if args.params:
+        with open(args.params) as f:
+            params = json.load(f)
+        params = params.get("params", params)  # an earlier run's output holds them under "params"
+    else:
+        print("[collectives-bench model] fitting: ping-pong at np=2, reduction kernel here", file=sys.stderr)
+        params = fit(args.budget)
+    a, b, g = params["alpha_s"], params["beta_s_per_byte"], params["gamma_s_per_byte"]
+    lines = [f"# fitted on this machine: alpha {a * 1e6:.2f} us, beta {1 / b / 1e9:.2f} GB/s "
+             f"({b * 1e12:.1f} ps/byte), gamma {1 / g / 1e9:.2f} GB/s ({g * 1e12:.1f} ps/byte)"]
+    rows = compare(results_from(args.results or sorted(glob.glob(os.path.join(RESULTS, "tune_np*.json")))), params)
+    if rows:
+        lines += [f"# predicted beside measured, {human(LARGE)} and more; error = predicted / measured - 1",
+                  f"#{'collective':>15} {'np':>3} {'size':>9} {'algorithm':>34} {'p50(us)':>11} {'min(us)':>11} "
+                  f"{'predicted':>11} {'err(p50)':>8} {'err(min)':>8}"]
+        lines += [f"{c:>16} {p:>3} {human(n):>9} {name:>34} {m:>11.1f} {low:>11.1f} {pr:>11.1f} {e:>+8.0%} {el:>+8.0%}"
+                  for c, p, n, name, m, low, pr, e, el in rows]
+        for p in [None] + sorted({r[1] for r in rows}):
+            mine = [r for r in rows if p is None or r[1] == p]
+            text = []
+            for label, k in (("p50", 7), ("min", 8)):
+                errors = [abs(r[k]) for r in mine]
+                text.append(f"against {label} median |error| {statistics.median(errors):.0%}, "
+                            f"{sum(e <= 0.25 for e in errors)} of {len(errors)} within 25%")
+            lines.append(f"# {'all' if p is None else f'np={p}'}: " + "; ".join(text))
+    projection = {}
+    size_list = sizes(8, 64 << 20, 4)
+    for net, (alpha, beta) in NETWORKS.items():
+        lines.append(f"\n# projection, {net} (alpha {alpha * 1e6:g} us, beta {8 / beta / 1e9:g} Gbit/s), "
+                     f"gamma as fitted: least predicted time per size")
+        for collective in ("allreduce", "bcast", "allgather", "reduce_scatter"):
+            for p in PROJECT_RANKS:
+                points = project(collective, p, alpha, beta, g, size_list)
+                projection[f"{net} {collective} {p}"] = points
+                at = {n: (name, t) for n, name, t in points}
+                lines.append(f"{collective:>15} p={p:<5} {crossovers(collective, points)}; "
+                             f"8 B {at[8][1]:.1f} us, 1 MiB {at[1 << 20][1]:.0f} us, 64 MiB {at[64 << 20][1]:.0f} us")
+            if collective in MPICH_DEFAULTS:
+                lines.append(f"{'':>15} MPICH default: {MPICH_DEFAULTS[collective]}")
+    print("\n".join(lines))
+    write_json(os.path.basename(args.out), {"params": params, "compare": rows, "projection": projection},
+               os.path.dirname(os.path.abspath(args.out)))
+    print(f"# wrote {args.out}")
+    return 0

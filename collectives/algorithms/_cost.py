@@ -1,0 +1,21 @@
+"""Helpers of the algorithms' ``cost`` functions (the alpha-beta-gamma model of their headers).
+
+Every algorithm module has ``cost(p, n, alpha, beta, gamma)``: the time its header's Cost line
+gives for p ranks and an n-byte message, with alpha seconds per message, beta seconds per
+byte on the wire and gamma seconds per byte combined.  ``collectives-bench model`` (bench/model.py) evaluates them.
+"""
+
+
+def lg(p):
+    """ceil(lg p): the rounds of a binomial tree or dissemination over p ranks."""
+    return (p - 1).bit_length()
+
+
+def pof2(p):
+    """2^floor(lg p): the ranks left after folding p onto a power of two."""
+    return 1 << (p.bit_length() - 1)
+
+
+def folded(p):
+    """1 when p is not a power of two (the fold costs two more messages), else 0."""
+    return int(p != pof2(p))

@@ -1,0 +1,175 @@
+"""The stall watchdog: a collective or primitive blocked longer than a limit raises or aborts.
+
+Set ``COLLECTIVES_TIMEOUT=<seconds>`` (or ``Comm(comm, timeout=...)``; 0 or unset: off) on
+every rank alike.  Where a wait would block (a blocking send or receive row of a schedule,
+a WAITALL row, the argument check's exchange, a push/receive/pull/serve), the executors
+then poll MPI_Test* instead, with a backoff and a monotonic clock, still without the GIL in
+the native executor.  When one wait has made no progress for ``timeout`` seconds the
+outstanding requests are cancelled (or, for a send the MPI cannot cancel, released), and:
+
+* ``COLLECTIVES_TIMEOUT_MODE=raise`` (default; ``Comm(..., on_timeout="raise")``) raises
+  ``StallError`` (a TimeoutError) on that rank, and the Comm is unusable afterwards, as
+  after a failed schedule;
+* ``abort`` prints the same message on stderr and calls ``MPI_Abort`` on COMM_WORLD with
+  status ``EXIT_STATUS``, so the whole job ends.
+
+The message names the collective and algorithm, its call number on this communicator
+(collectives run in the same order on every rank, so the call numbers line up), the step
+and the ranks this rank is still waiting for, read from that step's outstanding requests.
+With the argument check on, the check is an exchange of our own when the watchdog is set
+(``AGREE_ALGORITHM``): every rank hears directly from every other one, so a rank that
+skipped the collective is named by all the others.
+
+Not watched: calls delegated to MPI's own collective (long double, user-defined ops, ...):
+MPI gives no way to give up on a blocking collective; their argument check is watched.
+"""
+import os
+import sys
+import time
+
+import numpy as np
+
+# Exit status of a job the watchdog aborts (as GNU timeout's), distinct from abort-on-error's 1.
+EXIT_STATUS = 124
+MODES = ("raise", "abort")
+# The argument check under the watchdog: one round in which every rank hears from every other
+# one (exact attribution of a missing rank); beyond this many ranks, recursive doubling.
+ALL_TO_ALL_MAX_RANKS = 16
+# Tag of that exchange on the private communicator (collectives use 100 and up, p2p 50-52).
+AGREE_TAG = 99
+# Polling: spin this many seconds, then yield the core, then (a stall, most likely) sleep
+# with a doubling pause, so that a long stall costs no CPU.
+SPIN_S = 1e-4
+YIELD_S = 0.1
+MAX_PAUSE_S = 1e-3
+# After expiry, how long cancelled requests get to complete before they are released.
+GRACE_S = 1.0
+
+
+def settings(timeout=None, on_timeout=None):
+    """(seconds, mode) from the arguments, else COLLECTIVES_TIMEOUT and COLLECTIVES_TIMEOUT_MODE."""
+    if timeout is None:
+        text = os.environ.get("COLLECTIVES_TIMEOUT", "").strip()
+        try:
+            timeout = float(text) if text else 0.0
+        except ValueError:
+            raise ValueError(f"COLLECTIVES_TIMEOUT must be a number of seconds, got {text!r}") from None
+    try:
+        timeout = float(timeout)
+    except (TypeError, ValueError):
+        raise ValueError(f"timeout must be a number of seconds, got {timeout!r}") from None
+    if not timeout >= 0 or timeout == float("inf"):
+        raise ValueError(f"timeout must be finite and >= 0 seconds (0: off), got {timeout!r}")
+    if on_timeout is None:
+        on_timeout = os.environ.get("COLLECTIVES_TIMEOUT_MODE", "").strip() or "raise"
+    if on_timeout not in MODES:
+        raise ValueError(f"timeout mode must be one of {', '.join(MODES)} "
+                         f"(COLLECTIVES_TIMEOUT_MODE / on_timeout), got {on_timeout!r}")
+    return timeout, on_timeout
+
+
+class StallError(TimeoutError):
+    """A wait outlived the watchdog's limit; every request it had started is cancelled or released.
+
+    ``collective``, ``call`` (its number on the communicator, from 1), ``step``, ``rank``,
+    ``peers`` (the ranks still awaited, as (rank, "send" | "receive") pairs) and ``waited``
+    (seconds).
+    """
+
+    def __init__(self, collective, step, rank, peers, waited, call=None):
+        super().__init__(collective, step, rank)
+        self.collective, self.step, self.rank = collective, step, rank
+        self.peers, self.waited, self.call = list(peers), waited, call
+
+    def __str__(self):
+        call = f", call {self.call} on this communicator" if self.call is not None else ""
+        step = f" at step {self.step}" if self.step is not None else ""
+        ranks = sorted({p for p, _ in self.peers})
+        what = ", ".join(f"{kind} {'to' if kind == 'send' else 'from'} {p}" for p, kind in self.peers)
+        who = ", ".join(map(str, ranks)) if ranks else "none"
+        return (f"{self.collective}{call}: rank {self.rank} has waited {self.waited:.1f} s{step} "
+                f"for rank(s) {who} ({what or 'no request pending'}); collectives watchdog "
+                f"(COLLECTIVES_TIMEOUT)")
+
+
+def call_number(comm, current):
+    """The number on ``comm`` of the collective running now: fast-path calls plus jobs started,
+    plus one for a fast call (``current``), which counts itself only when it completes."""
+    fast = comm._fast.calls if comm._fast is not None else 0
+    return fast + comm._jobs + int(current)
+
+
+def stalled(comm, exc, call=None):
+    """Record ``exc`` (a StallError of call number ``call``) on the Comm, making it unusable;
+    abort the job in abort mode."""
+    exc.call = call
+    comm._broken = str(exc)
+    if comm.on_timeout == "abort":
+        from mpi4py import MPI
+
+        from .abort import FORWARD_S
+
+        sys.stderr.write(f"collectives: {exc}; aborting the job (MPI_Abort, exit status "
+                         f"{EXIT_STATUS})\n")
+        sys.stderr.flush()
+        time.sleep(FORWARD_S)
+        MPI.COMM_WORLD.Abort(EXIT_STATUS)
+
+
+def poll(test, limit):
+    """Call ``test()`` until it returns True, or return False once ``limit`` seconds have
+    passed: the pure-Python twin of the native executor's polling."""
+    start = time.monotonic()
+    pause = 1e-6
+    while True:
+        if test():
+            return True
+        waited = time.monotonic() - start
+        if waited > limit:
+            return False
+        if waited > YIELD_S:
+            time.sleep(pause)
+            pause = min(2 * pause, MAX_PAUSE_S)
+        elif waited > SPIN_S:
+            os.sched_yield()
+
+
+def watched(requests, limit, peers, what, step, rank, test=None):
+    """Complete mpi4py ``requests`` (``test()`` when given, else Testall) or, after ``limit``
+    seconds without that, cancel or release them all and raise StallError naming ``what``,
+    ``step``, ``rank`` and the (rank, kind) in ``peers`` of each request still pending."""
+    from mpi4py import MPI
+
+    started = time.monotonic()
+    if poll(test or (lambda: MPI.Request.Testall(requests)), limit):
+        return
+    waited = time.monotonic() - started
+    late = [peer for req, peer in zip(requests, peers) if req and not req.Test()]
+    for req in requests:
+        if req:
+            req.Cancel()
+    if not poll(lambda: MPI.Request.Testall(requests), GRACE_S):
+        for req in requests:
+            if req:
+                req.Free()
+    raise StallError(what, step, rank, late, waited)
+
+
+def agree_algorithm(size):
+    """The all-reduce the argument check runs under the watchdog (see ALL_TO_ALL_MAX_RANKS)."""
+    return "allreduce_all_to_all" if size <= ALL_TO_ALL_MAX_RANKS else "allreduce_recursive_doubling"
+
+
+def agree_max(comm, vec, collective):
+    """``vec`` (int64) becomes its element-wise MAX over the ranks of ``comm``, watched: the
+    argument check of ``collective`` when ``comm.timeout`` is set."""
+    from .executor import execute_steps
+    from .ops import OP_CODE, dtype_code
+    from .registry import plan
+
+    steps, tmp_count, nreq = plan(agree_algorithm(comm.size), comm.rank, comm.size, vec.size)
+    execute_steps(comm, steps, tmp_count, nreq, vec, None, dtype_code(np.int64), OP_CODE["max"],
+                  AGREE_TAG, f"{collective} (argument check)")
+
+__all__ = ["EXIT_STATUS", "StallError", "agree_algorithm", "agree_max", "call_number", "poll",
+           "settings", "stalled", "watched"]
