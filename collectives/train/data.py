@@ -5,6 +5,7 @@ numbers, so the result does not depend on how many ranks read the file: a row la
 the test set, or in a federated client, by its number and the seed alone.
 """
 import os
+import re
 import sys
 
 import numpy as np
@@ -13,6 +14,11 @@ from mpi4py import MPI
 from .errors import UsageError
 
 DIGITS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "digits.svm")
+# --data synthetic:<rows>x<features>x<classes>[:seed], a problem generated in memory (synthetic)
+SYNTHETIC = re.compile(r"synthetic:(\d+)x(\d+)x(\d+)(?::(\d+))?")
+# Rows are drawn in blocks of this many, each from its own seed, so a rank draws only the
+# blocks its rows fall in and the rows do not depend on the rank count.
+SYNTHETIC_BLOCK = 256
 # Reproducible mode: the training rows are cut into this many shards by row number, whatever
 # the rank count; every sum over rows is a sum per shard, then a fixed tree over the shards.
 SHARDS = 8
@@ -36,6 +42,44 @@ class Part:
     def take(self, index):
         """The rows at local positions ``index``."""
         return Part(self.X[index], self.y[index], self.rows[index])
+
+
+def synthetic_spec(name):
+    """(rows, features, classes, seed) of a ``synthetic:RxFxC[:seed]`` data name, or None for a file name."""
+    m = SYNTHETIC.fullmatch(name)
+    if m is None:
+        if name.startswith("synthetic:"):
+            raise UsageError(f"bad synthetic data {name!r}; want synthetic:<rows>x<features>x<classes>[:seed]")
+        return None
+    rows, features, n_classes, seed = (int(g) if g else 0 for g in m.groups())
+    if rows < 1 or features < 1 or n_classes < 2:
+        raise UsageError(f"{name}: needs at least 1 row, 1 feature and 2 classes")
+    return rows, features, n_classes, seed
+
+
+def synthetic(comm, rows, features, n_classes, seed=0):
+    """This rank's contiguous share of a seeded Gaussian-mixture classification problem, as a Part.
+
+    Row i is of class i mod classes (every class present, in equal shares); its features are
+    the class's mean plus standard normal noise.
+    The means have entries N(0, 64 / features), so any two are about 11 noise standard
+    deviations apart: learnable, though not from a few rows per class in many dimensions.  A
+    softmax model has (features + 1) x classes parameters.  The means and each block of
+    SYNTHETIC_BLOCK rows come from their own seeds, so row i is the same at any rank count.
+    """
+    start, end = rows * comm.Get_rank() // comm.Get_size(), rows * (comm.Get_rank() + 1) // comm.Get_size()
+    means = np.random.default_rng([seed, 0]).normal(0, 8 / np.sqrt(features), (n_classes, features))
+    X, y = [np.empty((0, features))], [np.empty(0)]
+    for block in range(start // SYNTHETIC_BLOCK, -(-end // SYNTHETIC_BLOCK)):
+        rng = np.random.default_rng([seed, 1, block])
+        first = block * SYNTHETIC_BLOCK
+        n = min(SYNTHETIC_BLOCK, rows - first)
+        yb = np.arange(first, first + n) % n_classes
+        Xb = means[yb] + rng.standard_normal((n, features))
+        keep = slice(max(start - first, 0), min(end - first, n))
+        X.append(Xb[keep])
+        y.append(yb[keep].astype(np.float64))
+    return Part(np.concatenate(X), np.concatenate(y), np.arange(start, end))
 
 
 def classes(comm, labels):

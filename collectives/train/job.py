@@ -35,7 +35,8 @@ class Prepared:
 
 def prepare(comm, path=D.DIGITS, classify=True, test_fraction=0.2, seed=0, standardize=True,
             partition="iid", shards=2, zero_based="auto", reproducible=False):
-    """Read ``path`` in parallel and make the seeded train/test split, scaling and partition.
+    """Read ``path`` in parallel (or generate it: data.synthetic_spec) and make the seeded
+    train/test split, scaling and partition.
 
     ``reproducible`` deals the training rows in fixed shards (data.by_shard) and sums the
     scaling statistics shard by shard, so the scaled data has the same bits at any rank count.
@@ -48,19 +49,24 @@ def prepare(comm, path=D.DIGITS, classify=True, test_fraction=0.2, seed=0, stand
         raise UsageError(f"unknown partition {partition!r}; 'iid' or 'skew'")
     if reproducible and partition != "iid":
         raise UsageError("--reproducible deals rows in fixed shards: it cannot --partition skew")
-    # standardised features are dense anyway: reading them dense spares SciPy's import
-    ds = read_libsvm(path, raw, zero_based=zero_based, dense=standardize)
-    if ds.n_total == 0:
+    spec = D.synthetic_spec(path)
+    if spec:
+        part, n_total = D.synthetic(raw, *spec), spec[0]
+    else:
+        # standardised features are dense anyway: reading them dense spares SciPy's import
+        ds = read_libsvm(path, raw, zero_based=zero_based, dense=standardize)
+        part, n_total = D.Part(ds.X, ds.y, ds.rows), ds.n_total
+    if n_total == 0:
         raise DataError(f"{path}: no data rows")
-    if ds.n_total < raw.Get_size():
-        raise DataError(f"{path}: {ds.n_total} rows for {raw.Get_size()} ranks; run on at most {ds.n_total}")
-    y, labels = ds.y, None
+    if n_total < raw.Get_size():
+        raise DataError(f"{path}: {n_total} rows for {raw.Get_size()} ranks; run on at most {n_total}")
+    labels = None
     if classify:
-        labels = D.classes(raw, ds.y)
+        labels = D.classes(raw, part.y)
         if len(labels) < 2:
             raise DataError(f"{path}: a classifier needs two classes or more, every row has label {labels[0]:g}")
-        y = np.searchsorted(labels, ds.y)
-    train, test = D.split(raw, D.Part(ds.X, y, ds.rows), test_fraction, seed)
+        part.y = np.searchsorted(labels, part.y)
+    train, test = D.split(raw, part, test_fraction, seed)
     n_train = raw.allreduce(len(train))
     if n_train == 0:
         raise DataError(f"{path}: test fraction {test_fraction} of {ds.n_total} rows leaves no training rows")
@@ -71,7 +77,7 @@ def prepare(comm, path=D.DIGITS, classify=True, test_fraction=0.2, seed=0, stand
         (train, test), mean, std = D.standardize(raw, [train, test], reproducible=reproducible)
     if partition == "skew":
         train = D.label_skew(raw, train, shards, seed)
-    return Prepared(train, test, labels, mean, std, ds.X.shape[1], n_train)
+    return Prepared(train, test, labels, mean, std, part.X.shape[1], n_train)
 
 
 def make_trainer(comm, prepared, model="softmax", hidden=64, net=None, **options):
@@ -125,16 +131,19 @@ def parser():
     p = Parser(prog="python -m collectives train",
                description="Train a model on LIBSVM data over collectives (run under mpiexec).")
     a = p.add_argument
-    a("--data", default=D.DIGITS, help="LIBSVM file (default: the bundled handwritten digits)")
+    a("--data", default=D.DIGITS, help="LIBSVM file (default: the bundled handwritten digits), or "
+      "synthetic:ROWSxFEATURESxCLASSES[:SEED], a seeded softmax problem generated in memory")
     a("--zero-based", choices=["auto", "yes", "no"], default="auto", help="index base of the file")
     a("--model", choices=list(MODELS), default="softmax")
     a("--hidden", type=count, default=64, help="hidden units of the MLP")
     a("--optimizer", choices=list(OPTIMIZERS), default=d["optimizer"])
     a("--sync", choices=list(SYNCS), default=d["sync"], help="synchronisation model")
-    a("--allreduce", choices=["auto", *names("allreduce"), *(n.split("_", 1)[1] for n in names("allreduce"))],
-      default=None, help="all-reduce algorithm (default: COLLECTIVES_ALLREDUCE or auto)")
+    a("--allreduce", choices=["auto", "native", *names("allreduce"), *(n.split("_", 1)[1] for n in names("allreduce"))],
+      default=None, help="all-reduce algorithm, or native (MPI's own; default: COLLECTIVES_ALLREDUCE or auto)")
     a("--compress", choices=list(COMPRESSORS), default="none",
       help="gradient compressor for --sync sync, ddp (per bucket) or local (the change between averages)")
+    a("--error-feedback", action=argparse.BooleanOptionalAction, default=None,
+      help="keep what compression drops and send it later (default: per compressor, on for sign, topk, randk...)")
     a("--epochs", type=count, default=None, help="epochs (L-BFGS/Newton: iterations); default per optimizer")
     a("--batch", type=count, default=d["batch"], help="global minibatch size")
     a("--lr", type=float, default=None, help="learning rate (default 0.1 SGD, 0.01 Adam)")

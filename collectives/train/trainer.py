@@ -47,7 +47,7 @@ from .errors import DataError, UsageError
 
 DEFAULTS = dict(
     optimizer="lbfgs", sync="sync", lam=1e-3, epochs=None, batch=64, lr=None, momentum=0.9,
-    schedule="const", adam_decay=False, history=10, tol=1e-8, allreduce=None, compress="none",
+    schedule="const", adam_decay=False, history=10, tol=1e-8, allreduce=None, compress="none", error_feedback=None,
     local_steps=8, client_fraction=1.0, local_epochs=1, servers=1, tau=0, bucket_kb=16.0,
     seed=0, log_every=1, checkpoint=None, checkpoint_every=0, resume=False, max_steps=None,
     progress=None, reproducible=None, straggler=(), measure_wait=None, topology=None, data_servers=0,
@@ -165,7 +165,8 @@ class Trainer:
         self.terminated = False  # SIGTERM seen by this rank
         self.preempted = False   # the ranks agreed to checkpoint and stop on a SIGTERM
         # "none" is the plain all-reduce (no compression pass at all)
-        self.compressor = None if o["compress"] == "none" else compression.COMPRESSORS[o["compress"]]()
+        self.compressor = (None if o["compress"] == "none"
+                           else compression.COMPRESSORS[o["compress"]](error_feedback=o["error_feedback"]))
         self.compress_states = {}  # error-feedback state per compressed vector (ddp: per bucket)
         self.stragglers = stragglers.Stragglers(o["straggler"], self.rank, o["seed"])
         progress = o["progress"]
@@ -204,8 +205,15 @@ class Trainer:
         comm = comm or self.comm
         self.synchronise(comm)
         with self.clock("comm"):
-            comm.Allreduce(MPI.IN_PLACE, buf, algorithm=self.o["allreduce"])
+            self.reducer(comm, "Allreduce")(buf)
         return buf
+
+    def reducer(self, comm, method):
+        """``comm``'s in-place ``method`` (Allreduce or Iallreduce) as f(buf): MPI's own call for
+        ``allreduce="native"``, else ours with the chosen algorithm."""
+        if self.o["allreduce"] == "native":
+            return lambda buf: getattr(getattr(comm, "comm", comm), method)(MPI.IN_PLACE, buf)
+        return lambda buf: getattr(comm, method)(MPI.IN_PLACE, buf, algorithm=self.o["allreduce"])
 
     def sum_gradient(self, g):
         """Sum a gradient over ranks, through the compressor when one is chosen."""
@@ -574,7 +582,7 @@ class Trainer:
                 buf = np.concatenate([part for _, part in bucket])
                 names = [name for name, _ in bucket]
                 if self.compressor is None:
-                    pending.append((names, buf, self.comm.Iallreduce(MPI.IN_PLACE, buf, algorithm=self.o["allreduce"])))
+                    pending.append((names, buf, self.reducer(self.comm, "Iallreduce")(buf)))
                 else:
                     t0 = time.perf_counter()
                     pending.append((names, self.compressed_sum(buf, tuple(names)), None))
