@@ -107,8 +107,8 @@ def show(name, result):
     """Print one problem's table."""
     print(f"\n{name} ({result['data']}, sgd {' '.join(result['options'])}): target objective "
           f"{result['target']:.6f} (reference {result['reference']:.6f} + 1%)")
-    print(f"| run | error feedback | time to target s | final objective | train acc | test acc | "
-          f"training s (epochs) | wire MB |\n|---|---|---:|---:|---:|---:|---:|---:|")
+    print("| run | error feedback | time to target s | final objective | train acc | test acc | "
+          "training s (epochs) | wire MB |\n|---|---|---:|---:|---:|---:|---:|---:|")
     for r in result["rows"]:
         reach = "never" if r["time_to_target"] is None else f"{r['time_to_target']:.2f}"
         wire = "-" if r["wire_bytes"] is None else f"{r['wire_bytes'] / 1e6:.1f}"
