@@ -91,6 +91,7 @@ cdef void abandon(MPI_Request *reqs, const char *is_recv, int nreq) noexcept nog
 # ---- the stall watchdog (collectives.watchdog): every wait of run_steps goes through here ----
 
 DEF TIMED_OUT = -2  # run_steps' return code when a wait outlived the watchdog's limit
+DEF LOCAL_WORDS = 32  # run_checked's stack room: 16 requests with their flags and peers
 cdef double _spin_s = SPIN_S, _yield_s = YIELD_S, _max_pause_s = MAX_PAUSE_S, _grace_s = GRACE_S
 
 
@@ -256,11 +257,15 @@ class ScheduleError(pyMPI.Exception):
 
 
 cdef int run_checked(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char **buf, int dtype,
-                     int op, int tag, Py_ssize_t nreq, object collective, double limit=0) except -1:
+                     int op, int tag, Py_ssize_t nreq, object collective, double limit=0,
+                     object algorithm=None) except -1:
     """run_steps without the GIL, watched when ``limit`` > 0 seconds; TypeError, ScheduleError
-    or StallError when a step fails."""
+    or StallError when a step fails, naming ``collective`` (and ``algorithm`` when given)."""
     cdef size_t size = ck_itemsize(dtype)
     cdef MPI_Request *reqs = NULL
+    # Most schedules start a few requests at a time: those fit here, and a call mallocs nothing.
+    cdef int64_t local[LOCAL_WORDS]
+    cdef size_t nbytes
     cdef MPI_Datatype t
     cdef Py_ssize_t failed = -1
     cdef int rc, rank = 0, nstarted = 0, i
@@ -272,12 +277,15 @@ cdef int run_checked(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, cha
     if limit > 0:
         nreq += 2  # room for a send or receive row's own requests
     element_type(size, &t)
-    if nreq:
-        reqs = <MPI_Request *>malloc(nreq * (sizeof(MPI_Request) + 1 + (sizeof(int) if limit > 0 else 0)))
+    nbytes = nreq * (sizeof(MPI_Request) + 1 + (sizeof(int) if limit > 0 else 0))
+    if nbytes > sizeof(local):
+        reqs = <MPI_Request *>malloc(nbytes)
         if reqs == NULL:
             raise MemoryError()
-        if limit > 0:
-            w.peer = <int *>(reqs + nreq)
+    elif nreq:
+        reqs = <MPI_Request *>local
+    if nreq and limit > 0:
+        w.peer = <int *>(reqs + nreq)
     is_recv = <char *>(w.peer + nreq) if w.peer != NULL else <char *>(reqs + nreq)
     try:
         with nogil:
@@ -287,13 +295,16 @@ cdef int run_checked(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, cha
             raise TypeError(f"op code {op} is not defined on dtype code {dtype}")
         if rc != MPI_SUCCESS:
             MPI_Comm_rank(comm, &rank)
+            if algorithm is not None:
+                collective = f"{collective} ({algorithm})"
             if rc == TIMED_OUT:
                 raise StallError(collective, failed, rank,
                                  [(w.peer[i], "receive" if is_recv[i] & 1 else "send")
                                   for i in range(nstarted) if is_recv[i] & 2], w.waited)
             raise ScheduleError(rc, collective, failed, rank)
     finally:
-        free(reqs)
+        if reqs != <MPI_Request *>local:
+            free(reqs)
     return 0
 
 
@@ -662,6 +673,14 @@ cdef int resolve(object spec, bint writable, Py_ssize_t blocks, bint displ_ok, A
     return 1
 
 
+cdef object _IN_PLACE = pyMPI.IN_PLACE
+
+
+cdef inline bint in_place_spec(object spec) noexcept:
+    """Whether a send buffer argument asks for in place (None or MPI.IN_PLACE)."""
+    return spec is None or spec is _IN_PLACE
+
+
 cdef inline bint shares(const Arg *a, const Arg *b) noexcept:
     """Whether the two buffers share any byte."""
     return a.ptr < b.ptr + b.count * b.size and b.ptr < a.ptr + a.count * a.size
@@ -762,6 +781,7 @@ cdef class _Plan:
     cdef int fused     # the exchange's payload kind of a fused collective, else -1
     cdef bint reads_in
     cdef object name
+    cdef object key  # the call shape it serves (Fast.plan's key)
 
 
 cdef class Fast:
@@ -778,6 +798,10 @@ cdef class Fast:
     """
     cdef MPI.Comm comm
     cdef object owner, make_plan, names
+    # The owner's instance dict, where every call reads and writes its attributes (_broken,
+    # _progress, check, last_algorithm): Comm has __getattr__, which makes each access through
+    # the object cost two type lookups more.
+    cdef dict state
     cdef readonly object plans  # a collectives.cache.ByteLRU
     cdef cnp.ndarray tmp, aux
     cdef int tags[NCOLL]
@@ -787,6 +811,7 @@ cdef class Fast:
     cdef bint checked  # the owner's check when the plans were made (it picks fused ones)
     cdef Py_ssize_t *counts
     cdef list envs
+    cdef list hot  # per collective: the plan of its latest call, found without the LRU
     cdef public Py_ssize_t calls
     cdef double limit        # the watchdog's seconds (0: off), set by ``watch``
     cdef _Plan agree_plan    # the argument check's exchange under the watchdog
@@ -797,6 +822,7 @@ cdef class Fast:
         cdef int i
         self.comm = comm
         self.owner = owner
+        self.state = owner.__dict__
         self.make_plan = make_plan
         self.names = tuple(names)
         self.plans = ByteLRU()
@@ -805,6 +831,7 @@ cdef class Fast:
         for i in range(NCOLL):
             self.tags[i] = tags[i]
         self.envs = [b""] * NCOLL
+        self.hot = [None] * NCOLL
         self.width = 4 + self.size
         self.nvec = 5 + 2 * self.width
         self.x.comm, self.x.tag = comm.ob_mpi, EXCHANGE_TAG
@@ -847,10 +874,10 @@ cdef class Fast:
 
     cdef bint ready(self) except -1:
         """Whether a fast call may run now; raises when the Comm is unusable."""
-        broken = self.owner._broken
+        broken = self.state["_broken"]
         if broken is not None:
             raise RuntimeError(f"collectives.Comm is unusable: {broken}")
-        progress = self.owner._progress
+        progress = self.state["_progress"]
         # The progress thread runs the queued call at the head of the queue: its turn.
         return (progress is None or not progress.busy()
                 or (self.queue_thread != 0 and PyThread_get_thread_ident() == self.queue_thread))
@@ -874,24 +901,31 @@ cdef class Fast:
         env = getenv(_ENV_NAMES[coll])
         if env == NULL:
             env = b""
-        if strcmp(env, <const char *>self.envs[coll]) != 0 or self.checked != self.owner.check:
+        if strcmp(env, <const char *>self.envs[coll]) != 0 or self.checked != self.state["check"]:
             self.envs[coll] = <bytes>env
-            self.checked = self.owner.check
+            self.checked = self.state["check"]
             self.plans.clear()
-        pl = self.plans.get(key)
-        if pl is not None:
+            self.hot = [None] * NCOLL
+        # A repeated call shape skips the LRU, a Python call taking a lock that cost about as
+        # much as an 8 B all-reduce's communication.  A hot plan the LRU evicts stays usable.
+        pl = self.hot[coll]
+        if pl is not None and pl.key == key:
             return pl
-        try:
-            made = self.make_plan(self.names[coll], algorithm, count, nbytes, uniform, args,
-                                  None if op < 0 else op, dtype)
-        except (ValueError, TypeError):
-            return None  # the general path raises it, after agreeing with the other ranks
-        pl = _Plan()
-        pl.steps, pl.tmp_count, pl.nreq, pl.reads_in, pl.name, pl.algo, pl.fused = made
-        pl.steps = np.ascontiguousarray(pl.steps, dtype=np.int64)
-        pl.nsteps = pl.steps.shape[0]
-        pl.rows = <const int64_t *>cnp.PyArray_DATA(pl.steps)
-        self.plans.put(key, pl, pl.steps.nbytes + PLAN_OVERHEAD)
+        pl = self.plans.get(key)
+        if pl is None:
+            try:
+                made = self.make_plan(self.names[coll], algorithm, count, nbytes, uniform, args,
+                                      None if op < 0 else op, dtype)
+            except (ValueError, TypeError):
+                return None  # the general path raises it, after agreeing with the other ranks
+            pl = _Plan()
+            pl.steps, pl.tmp_count, pl.nreq, pl.reads_in, pl.name, pl.algo, pl.fused = made
+            pl.steps = np.ascontiguousarray(pl.steps, dtype=np.int64)
+            pl.nsteps = pl.steps.shape[0]
+            pl.rows = <const int64_t *>cnp.PyArray_DATA(pl.steps)
+            pl.key = key
+            self.plans.put(key, pl, pl.steps.nbytes + PLAN_OVERHEAD)
+        self.hot[coll] = pl
         return pl
 
     cdef inline int64_t *fields(self) noexcept:
@@ -914,7 +948,7 @@ cdef class Fast:
         """
         cdef int i, w = self.width
         cdef int64_t *v = self.vec
-        if pl.fused < 0 and (self.size == 1 or not self.owner.check):
+        if pl.fused < 0 and (self.size == 1 or not self.state["check"]):
             return 0
         v[0] = 0
         v[1] = coll
@@ -960,8 +994,8 @@ cdef class Fast:
         buf[IN_BUF] = inp if inp != NULL else _empty
         try:
             run_checked(self.comm.ob_mpi, pl.rows, pl.nsteps, buf, dtype, op,
-                        self.tags[coll] if tag < 0 else tag, pl.nreq,
-                        f"{self.names[coll]} ({pl.name})", self.limit)
+                        self.tags[coll] if tag < 0 else tag, pl.nreq, self.names[coll], self.limit,
+                        pl.name)
         except ScheduleError as exc:
             self.owner._broken = str(exc)
             raise
@@ -971,7 +1005,7 @@ cdef class Fast:
         return 0
 
     cdef inline void done(self, _Plan pl):
-        self.owner.last_algorithm = pl.name
+        self.state["last_algorithm"] = pl.name
         self.calls += 1
 
     def allreduce(self, sendbuf, recvbuf, op, algorithm):
@@ -980,7 +1014,7 @@ cdef class Fast:
         cdef Py_buffer views[2]
         cdef int nheld = 0, opc
         cdef int64_t *fields
-        cdef bint in_place = sendbuf is None or sendbuf is pyMPI.IN_PLACE
+        cdef bint in_place = in_place_spec(sendbuf)
         cdef _Plan pl
         if not self.ready():
             return False
@@ -1058,7 +1092,7 @@ cdef class Fast:
         cdef Py_buffer views[2]
         cdef int nheld = 0, opc
         cdef int64_t *fields
-        cdef bint is_root, in_place = sendbuf is None or sendbuf is pyMPI.IN_PLACE
+        cdef bint is_root, in_place = in_place_spec(sendbuf)
         cdef _Plan pl
         if type(root) is not int or not 0 <= root < self.size or not self.ready():
             return False
@@ -1114,7 +1148,7 @@ cdef class Fast:
         cdef Arg send, recv
         cdef Py_buffer views[2]
         cdef int nheld = 0, nf
-        cdef bint in_place = sendbuf is None or sendbuf is pyMPI.IN_PLACE
+        cdef bint in_place = in_place_spec(sendbuf)
         cdef Py_ssize_t c, p = self.size, bytes_each
         cdef char *own
         cdef _Plan pl
@@ -1166,7 +1200,7 @@ cdef class Fast:
         cdef Arg send, recv
         cdef Py_buffer views[2]
         cdef int nheld = 0, nf, opc, i
-        cdef bint uniform = True, in_place = sendbuf is None or sendbuf is pyMPI.IN_PLACE
+        cdef bint uniform = True, in_place = in_place_spec(sendbuf)
         cdef Py_ssize_t p = self.size, total = 0, start = 0
         cdef Py_ssize_t *cnt = self.counts
         cdef char *acc
@@ -1233,7 +1267,7 @@ cdef class Fast:
         cdef Py_buffer views[2]
         cdef int nheld = 0, nf
         cdef bint is_root, gather = coll == GATHER
-        cdef bint in_place = own_spec is None or own_spec is pyMPI.IN_PLACE
+        cdef bint in_place = in_place_spec(own_spec)
         cdef Py_ssize_t c, p = self.size
         cdef _Plan pl
         if type(root) is not int or not 0 <= root < p or not self.ready():
@@ -1323,7 +1357,7 @@ cdef class Fast:
         cdef Arg send, recv
         cdef Py_buffer views[2]
         cdef int nheld = 0, nf
-        cdef bint packed, in_place = sendbuf is None or sendbuf is pyMPI.IN_PLACE
+        cdef bint packed, in_place = in_place_spec(sendbuf)
         cdef Py_ssize_t p = self.size, r = self.rank, total
         cdef Py_ssize_t *cnt = self.counts
         cdef Py_ssize_t *dis = cnt + p
@@ -1379,7 +1413,7 @@ cdef class Fast:
         cdef Py_buffer views[2]
         cdef int nheld = 0, nfields
         cdef bint packed = True, is_root, gather = coll == GATHER
-        cdef bint in_place = own_spec is None or own_spec is pyMPI.IN_PLACE
+        cdef bint in_place = in_place_spec(own_spec)
         cdef Py_ssize_t i, p = self.size, r = self.rank, size
         cdef Py_ssize_t *cnt = self.counts
         cdef Py_ssize_t *dis = cnt + p

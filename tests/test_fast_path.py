@@ -163,6 +163,55 @@ def test_plan_cache_is_bounded(mpi_comm, check, monkeypatch):
     c.Free()
 
 
+def test_repeated_call_shape_skips_the_plan_cache(mpi_comm, check, monkeypatch):
+    """A call with the same shape as its collective's previous call runs that call's plan
+    without a lookup in the LRU (a Python call with a lock, which once cost as much as an 8 B
+    all-reduce's communication); another shape, algorithm, collective or COLLECTIVES_ALLREDUCE
+    looks up, and the results and last_algorithm stay right throughout."""
+    monkeypatch.delenv("COLLECTIVES_ALLREDUCE", raising=False)
+    c = collectives.Comm(mpi_comm, check=check)
+    lookups = []
+    get = c._fast.plans.get
+
+    def counted_get(key, default=None):
+        lookups.append(key)
+        return get(key, default)
+    monkeypatch.setattr(c._fast.plans, "get", counted_get)
+    x, b = data(c, 6), np.arange(3, dtype=np.int32) + c.rank
+    root_b = b.copy()
+    mpi_comm.Bcast(root_b)
+
+    def allreduce(n=6, algorithm=None):
+        got, want = np.zeros(n, np.float32), np.empty(n, np.float32)
+        assert ran_fast(c, lambda: c.Allreduce(x[:n], got, algorithm=algorithm))
+        mpi_comm.Allreduce(x[:n], want)
+        np.testing.assert_array_equal(got, want)
+
+    for _ in range(4):  # interleaved with another collective, which has a hot plan of its own
+        allreduce()
+        got_b = b.copy()
+        assert ran_fast(c, lambda: c.Bcast(got_b))
+        np.testing.assert_array_equal(got_b, root_b)
+    assert len(lookups) == 2
+    allreduce()
+    auto = c.last_algorithm
+    allreduce(5)
+    assert len(lookups) == 3
+    other = next(n for n in collectives.names("allreduce") if n != auto and "ring" in n)
+    allreduce(algorithm=other)
+    assert len(lookups) == 4
+    if c.size > 1:
+        assert c.last_algorithm == other
+    allreduce()
+    assert len(lookups) == 5 and c.last_algorithm == auto
+    monkeypatch.setenv("COLLECTIVES_ALLREDUCE", other.replace("allreduce_", ""))
+    allreduce()
+    assert len(lookups) == 6
+    if c.size > 1:
+        assert c.last_algorithm == other
+    c.Free()
+
+
 LAYOUTS = {
     "uneven, reversed displs": uneven,
     "in rank order": lambda p: (uneven(p)[0], None, sum(uneven(p)[0])),
