@@ -100,10 +100,11 @@ CASES = {
 }
 
 
-# Cases that read MPICH's Hydra: its options and how it ends a job, with mpiexec's exit status:
-# Hydra SIGKILLs the survivors (9); under -disable-auto-cleanup a survivor's StallError (or the
-# MPI error of a transfer the death cut short) aborts the job (abort-on-error's status).
-HYDRA_ONLY = {"sigkill": 9, "sigkill-no-cleanup": EXIT_STATUS}
+# Cases that read MPICH's Hydra: its options and how it ends a job, with mpiexec's exit statuses:
+# the survivors' SIGKILL (9) or the supervisor's 137, whichever Hydra reports; under
+# -disable-auto-cleanup a survivor's StallError (or the MPI error of a transfer the death cut
+# short) aborts the job with abort-on-error's status.
+HYDRA_ONLY = {"sigkill": (9, 137), "sigkill-no-cleanup": (EXIT_STATUS,)}
 
 # What the job leaves to resume from, by case (the README's last column).
 NOTHING = "nothing to recover: no rank has state beyond the failed call"

@@ -16,10 +16,11 @@ sees nothing until the parent has printed, on stderr::
 then it exits with status 128 + the signal number, the shell's convention.  Hydra then ends
 the job as before (SIGKILL to the other ranks, exit status 9); under ``-disable-auto-cleanup``
 it now lets the others run on (an exit, unlike a death by signal, is left to the user), and
-with the stall watchdog on they raise StallError naming the dead rank.  An exit status the
-child returns, the parent returns too.  Signals a launcher or scheduler sends (to the process
-group: Hydra's and Slurm's SIGINT, SIGTERM, ...) reach the child directly; the parent ignores
-them.  The child is killed if the parent dies.
+with the stall watchdog on they raise StallError naming the dead rank (unless MPI reports the
+transfer the death cut short first).  An exit status the child returns, the parent returns
+too.  Signals a launcher or scheduler sends (to the process group: Hydra's and Slurm's SIGINT,
+SIGTERM, ...) reach the child directly; the parent ignores them.  The child is killed if the
+parent dies.
 """
 import ctypes
 import ctypes.util

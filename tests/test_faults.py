@@ -20,7 +20,7 @@ def test_fault_ends_the_job_with_a_clear_error(name):
     assert faults.message(name, output), f"{name}: expected {faults.CASES[name][3]!r} in:\n{output}"
     if name in faults.HYDRA_ONLY:
         # rank 2's supervisor names it; Hydra alone names a PID
-        assert status == faults.HYDRA_ONLY[name], (status, output)
+        assert status in faults.HYDRA_ONLY[name], (status, output)
     if name.startswith("skip"):
         # the ranks that waited name the one that skipped, and only it
         assert "for rank(s) 2 (receive from 2)" in output, output
