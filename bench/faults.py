@@ -100,11 +100,13 @@ CASES = {
 }
 
 
-# Cases that read MPICH's Hydra: its options and how it ends a job, with mpiexec's exit statuses:
-# the survivors' SIGKILL (9) or the supervisor's 137, whichever Hydra reports; under
+# Cases that take options of MPICH's Hydra.
+HYDRA_ONLY = ("sigkill-no-cleanup",)
+# mpiexec's exit statuses where the case decides them: a SIGKILLed rank's job ends with the
+# survivors' SIGKILL (9, Hydra, mostly) or the supervisor's 137 (Hydra at times, Open MPI); under
 # -disable-auto-cleanup a survivor's StallError (or the MPI error of a transfer the death cut
 # short) aborts the job with abort-on-error's status.
-HYDRA_ONLY = {"sigkill": (9, 137), "sigkill-no-cleanup": (EXIT_STATUS,)}
+STATUS = {"sigkill": (9, 137), "sigkill-no-cleanup": (EXIT_STATUS,)}
 
 # What the job leaves to resume from, by case (the README's last column).
 NOTHING = "nothing to recover: no rank has state beyond the failed call"
