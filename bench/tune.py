@@ -137,7 +137,11 @@ def build(sweeps, tolerance, metadata, stat="p50", base=None):
                 points.setdefault(result["collective"], {})[str(np_)] = won
     fallback = {c: [r.as_json() for r in rows] for c, rows in base.rows.items()} if base else {
         c: [{"ranks": [1, None], "bytes": [0, None], "algorithm": ALGORITHMS[c][0].name}] for c in ALGORITHMS}
-    collectives = {c: table_rows(per.get(c, {})) + fallback.get(c, []) for c in ALGORITHMS}
+    # The base's fused rows stay first: they are taken only with the check on, which the sweep
+    # (check=False, every algorithm forced) does not measure (bench.default_path does).
+    fused = {c: [r for r in rows if r["algorithm"].endswith("_fused")] for c, rows in fallback.items()}
+    collectives = {c: fused.get(c, []) + table_rows(per.get(c, {}))
+                   + [r for r in fallback.get(c, []) if r not in fused.get(c, [])] for c in ALGORITHMS}
     return parse({"format": FORMAT, "metadata": dict(metadata, winners=points), "collectives": collectives},
                  "<tune>")
 

@@ -20,6 +20,7 @@ from mpi4py import MPI as pyMPI
 from mpi4py.libmpi cimport *
 
 from collectives._csrc cimport ck_reduce, ck_itemsize
+from collectives.exchange import FUSED_BYTES, TAG as EXCHANGE_TAG
 from collectives.registry import PLAN_OVERHEAD
 from collectives.watchdog import (GRACE_S, MAX_PAUSE_S, SPIN_S, YIELD_S, StallError,
                                   agree_algorithm, call_number, AGREE_TAG)
@@ -325,6 +326,152 @@ def execute(MPI.Comm comm, const int64_t[:, ::1] steps, acc, tmp, inp, int dtype
                 PyBuffer_Release(&views[i])
 
 
+# ---- the checked exchange (collectives.exchange documents it; this is its C side) ----------
+
+# Payload kinds, as in collectives.exchange.
+DEF X_HEADER = 0
+DEF X_REDUCE = 1
+DEF X_BCAST = 2
+DEF X_GATHER = 3
+
+
+cdef struct Exchange:
+    MPI_Comm comm
+    int tag
+    char *mine         # [header: nh int64 words, the last the payload's length][payload]
+    char *theirs       # a received message, room for ``cap`` bytes
+    Py_ssize_t nh, cap, nbytes, block
+    int kind, dtype, op, rem
+    bint clash         # some partner's header differed from ours: payload no longer combined
+
+
+cdef int x_absorb(Exchange *x, MPI_Status *st, bint final, Py_ssize_t lo, Py_ssize_t n) noexcept nogil:
+    """Fold a received message into ours; ``lo``, ``n``: the new ranks whose blocks it holds
+    (``n`` 0: original rank ``lo``'s block).  -1 for an operation the kernel refuses."""
+    cdef int64_t *me = <int64_t *>x.mine
+    cdef int64_t *other = <int64_t *>x.theirs
+    cdef Py_ssize_t i, m, r, h = 8 * x.nh, size = -1
+    cdef int got = 0
+    cdef char *payload = x.theirs + h
+    cdef char *body = x.mine + h
+    MPI_Get_count(st, MPI_BYTE, &got)
+    if got >= h:
+        size = other[x.nh - 1]
+    if got != h + size:
+        x.clash = True  # not a message of the exchange: the sizes of ours always add up
+        return 0
+    if final:
+        memcpy(x.mine, x.theirs, got)
+        return 0
+    for i in range(x.nh - 1):
+        if other[i] != me[i]:
+            x.clash = True
+        if other[i] > me[i]:
+            me[i] = other[i]
+    if x.clash or size != x.nbytes:
+        return 0  # a size differing from ours comes with a differing header (counts are in it)
+    if x.kind == X_REDUCE:
+        return ck_reduce(body, payload, <size_t>(x.nbytes // ck_itemsize(x.dtype)), x.dtype, x.op)
+    if x.kind == X_BCAST and me[x.nh - 1] == 0:
+        memcpy(body, payload, x.nbytes)
+        me[x.nh - 1] = x.nbytes
+    elif x.kind == X_GATHER:
+        if n == 0:
+            memcpy(body + lo * x.block, payload + lo * x.block, x.block)
+        for m in range(lo, lo + n):
+            r = 2 * m if m < x.rem else m + x.rem
+            memcpy(body + r * x.block, payload + r * x.block, x.block * (2 if m < x.rem else 1))
+    return 0
+
+
+cdef int x_run(Exchange *x, int rank, int p) noexcept nogil:
+    """The exchange between the ranks; MPI's error code, or -1 from the reduction kernel."""
+    cdef MPI_Status st
+    cdef int64_t *me = <int64_t *>x.mine
+    cdef int p2 = 1, rc = MPI_SUCCESS, new, other, partner, mask = 1
+    cdef int cap = <int>x.cap
+    while p2 * 2 <= p:
+        p2 *= 2
+    x.rem = p - p2
+    x.clash = False
+    if rank < 2 * x.rem and rank % 2 == 0:
+        rc = MPI_Send(x.mine, <int>(8 * x.nh + me[x.nh - 1]), MPI_BYTE, rank + 1, x.tag, x.comm)
+        if rc == MPI_SUCCESS:
+            rc = MPI_Recv(x.theirs, cap, MPI_BYTE, rank + 1, x.tag, x.comm, &st)
+        if rc == MPI_SUCCESS:
+            rc = x_absorb(x, &st, True, 0, 0)
+        return rc
+    if rank < 2 * x.rem:
+        rc = MPI_Recv(x.theirs, cap, MPI_BYTE, rank - 1, x.tag, x.comm, &st)
+        if rc == MPI_SUCCESS:
+            rc = x_absorb(x, &st, False, rank - 1, 0)
+        new = rank // 2
+    else:
+        new = rank - x.rem
+    while mask < p2 and rc == MPI_SUCCESS:
+        other = new ^ mask
+        partner = 2 * other + 1 if other < x.rem else other + x.rem
+        rc = MPI_Sendrecv(x.mine, <int>(8 * x.nh + me[x.nh - 1]), MPI_BYTE, partner, x.tag,
+                          x.theirs, cap, MPI_BYTE, partner, x.tag, x.comm, &st)
+        if rc == MPI_SUCCESS:
+            rc = x_absorb(x, &st, False, other & ~(mask - 1), mask)
+        mask <<= 1
+    if rank < 2 * x.rem and rc == MPI_SUCCESS:
+        rc = MPI_Send(x.mine, <int>(8 * x.nh + me[x.nh - 1]), MPI_BYTE, rank - 1, x.tag, x.comm)
+    return rc
+
+
+cdef int x_checked(Exchange *x, int rank, int p) except -1:
+    """x_run without the GIL; TypeError or MPI.Exception when it fails."""
+    cdef int rc
+    with nogil:
+        rc = x_run(x, rank, p)
+    if rc == -1:
+        raise TypeError(f"op code {x.op} is not defined on dtype code {x.dtype}")
+    if rc != MPI_SUCCESS:
+        raise pyMPI.Exception(rc)
+    return 0
+
+
+def exchange(MPI.Comm comm, int64_t[::1] vec, int kind=X_HEADER, data=None, Py_ssize_t block=0,
+             int dtype=0, int op=0, bint has=True):
+    """Run the checked exchange on ``comm``: ``vec`` becomes the fold of every rank's;
+    ``data`` (writable bytes, a fused collective's payload, ``has`` False where it holds
+    nothing yet) its result, valid where the folded fingerprint agrees."""
+    cdef Exchange x
+    cdef Py_buffer view
+    cdef bint held = False
+    cdef int64_t *head
+    x.comm, x.tag, x.kind, x.dtype, x.op, x.block = comm.ob_mpi, EXCHANGE_TAG, kind, dtype, op, block
+    x.nh = vec.shape[0] + 1
+    x.cap = 8 * x.nh + FUSED_BYTES
+    x.nbytes = 0
+    x.mine = <char *>malloc(2 * x.cap)
+    if x.mine == NULL:
+        raise MemoryError()
+    x.theirs = x.mine + x.cap
+    head = <int64_t *>x.mine
+    try:
+        if data is not None:
+            PyObject_GetBuffer(data, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
+            held = True
+            x.nbytes = view.len
+            if x.nbytes > FUSED_BYTES:
+                raise ValueError(f"exchange: {x.nbytes} bytes of payload, room for {FUSED_BYTES}")
+        memcpy(head, &vec[0], 8 * (x.nh - 1))
+        head[x.nh - 1] = x.nbytes if kind != X_HEADER and has else 0
+        if head[x.nh - 1]:
+            memcpy(x.mine + 8 * x.nh, view.buf, x.nbytes)
+        x_checked(&x, comm.Get_rank(), comm.Get_size())
+        memcpy(&vec[0], head, 8 * (x.nh - 1))
+        if held:
+            memcpy(view.buf, x.mine + 8 * x.nh, x.nbytes)
+    finally:
+        if held:
+            PyBuffer_Release(&view)
+        free(x.mine)
+
+
 # ---- the fast path: Python call -> cached plan -> one nogil run ---------------------------
 
 # Collective indices, as in collectives.registry.ALGORITHMS (and agreement.COLLECTIVE_INDEX).
@@ -612,6 +759,7 @@ cdef class _Plan:
     cdef const int64_t *rows
     cdef Py_ssize_t nsteps, nreq, tmp_count
     cdef int algo
+    cdef int fused     # the exchange's payload kind of a fused collective, else -1
     cdef bint reads_in
     cdef object name
 
@@ -621,9 +769,10 @@ cdef class Fast:
 
     A call resolves its buffers in C (NumPy arrays, buffer-protocol objects, mpi4py buffer
     specs with predefined datatypes, MPI.IN_PLACE), looks up a cached plan by a small key,
-    agrees with the other ranks through one native all-reduce when the owner's ``check`` is on (the same
-    vector ``agreement.agree`` builds, so a rank on the general path meets it there), and runs
-    the schedule in one ``nogil`` block.  It returns False, having done nothing
+    agrees with the other ranks through the checked exchange when the owner's ``check`` is on
+    (the same vector and messages as ``agreement.agree``, so a rank on the general path meets
+    it there), and runs the schedule in one ``nogil`` block; a fused plan's exchange carries
+    the data and is the whole collective.  It returns False, having done nothing
     collective, for anything else, which the general Python path then handles.
     ``calls`` counts the calls it ran (a debugging aid for tests).
     """
@@ -633,7 +782,9 @@ cdef class Fast:
     cdef cnp.ndarray tmp, aux
     cdef int tags[NCOLL]
     cdef int rank, size, width, nvec
-    cdef int64_t *vec
+    cdef int64_t *vec  # the header of x.mine
+    cdef Exchange x
+    cdef bint checked  # the owner's check when the plans were made (it picks fused ones)
     cdef Py_ssize_t *counts
     cdef list envs
     cdef public Py_ssize_t calls
@@ -656,11 +807,17 @@ cdef class Fast:
         self.envs = [b""] * NCOLL
         self.width = 4 + self.size
         self.nvec = 5 + 2 * self.width
-        self.vec = <int64_t *>malloc(self.nvec * sizeof(int64_t))
+        self.x.comm, self.x.tag = comm.ob_mpi, EXCHANGE_TAG
+        self.x.nh = self.nvec + 1
+        self.x.cap = 8 * self.x.nh + FUSED_BYTES
+        self.x.mine = <char *>malloc(2 * self.x.cap)
+        self.x.theirs = self.x.mine + self.x.cap
+        self.vec = <int64_t *>self.x.mine
         # Per-rank counts, then displacements and packed offsets of the v-variants.
         self.counts = <Py_ssize_t *>malloc(3 * self.size * sizeof(Py_ssize_t))
-        if self.vec == NULL or self.counts == NULL:
+        if self.x.mine == NULL or self.counts == NULL:
             raise MemoryError()
+        self.checked = owner.check
         self.tmp = np.zeros(64, np.uint8)
         self.aux = np.zeros(64, np.uint8)
         self.calls = 0
@@ -670,6 +827,7 @@ cdef class Fast:
         from collectives.registry import plan
         self.limit = limit
         self.agree_plan = None
+        self.plans.clear()  # auto takes fused plans only without a limit (executor.fusable)
         if limit > 0 and self.size > 1:
             pl = _Plan()
             pl.steps, pl.tmp_count, pl.nreq = plan(agree_algorithm(self.size), self.rank,
@@ -684,7 +842,7 @@ cdef class Fast:
         return len(self.plans)
 
     def __dealloc__(self):
-        free(self.vec)
+        free(self.x.mine)
         free(self.counts)
 
     cdef bint ready(self) except -1:
@@ -716,8 +874,9 @@ cdef class Fast:
         env = getenv(_ENV_NAMES[coll])
         if env == NULL:
             env = b""
-        if strcmp(env, <const char *>self.envs[coll]) != 0:
+        if strcmp(env, <const char *>self.envs[coll]) != 0 or self.checked != self.owner.check:
             self.envs[coll] = <bytes>env
+            self.checked = self.owner.check
             self.plans.clear()
         pl = self.plans.get(key)
         if pl is not None:
@@ -728,7 +887,7 @@ cdef class Fast:
         except (ValueError, TypeError):
             return None  # the general path raises it, after agreeing with the other ranks
         pl = _Plan()
-        pl.steps, pl.tmp_count, pl.nreq, pl.reads_in, pl.name, pl.algo = made
+        pl.steps, pl.tmp_count, pl.nreq, pl.reads_in, pl.name, pl.algo, pl.fused = made
         pl.steps = np.ascontiguousarray(pl.steps, dtype=np.int64)
         pl.nsteps = pl.steps.shape[0]
         pl.rows = <const int64_t *>cnp.PyArray_DATA(pl.steps)
@@ -739,15 +898,23 @@ cdef class Fast:
         """Where a call writes the fields ``agree`` compares."""
         return self.vec + 3
 
-    cdef int agree(self, int coll, _Plan pl, int nfields, tuple keys, bint counts) except -1:
-        """agreement.agree in C: one MAX all-reduce of [0, coll, algo, fields, -coll, -algo, -fields].
+    cdef inline char *body(self) noexcept:
+        """Where a fused call puts its payload before ``agree`` and finds the result after."""
+        return self.x.mine + 8 * self.x.nh
+
+    cdef int agree(self, int coll, _Plan pl, int nfields, tuple keys, bint counts,
+                   Py_ssize_t nbytes=0, Py_ssize_t block=0, int dtype=BYTE_CODE, int op=0,
+                   bint has=True) except -1:
+        """agreement.agree in C: the checked exchange of [0, coll, algo, fields, -coll, -algo,
+        -fields], carrying ``body()``'s ``nbytes`` as the payload of a fused plan.
 
         The first ``nfields`` fields are in place (``fields()``); ``keys`` name them, followed
-        by count0, count1, ... when ``counts``.
+        by count0, count1, ... when ``counts``.  ``block``, ``dtype``, ``op`` and ``has`` are
+        the payload's, as collectives.exchange.exchange takes them.
         """
-        cdef int i, rc, w = self.width
+        cdef int i, w = self.width
         cdef int64_t *v = self.vec
-        if self.size == 1 or not self.owner.check:
+        if pl.fused < 0 and (self.size == 1 or not self.owner.check):
             return 0
         v[0] = 0
         v[1] = coll
@@ -758,14 +925,15 @@ cdef class Fast:
             v[5 + w + i] = UNKNOWN if v[3 + i] == UNKNOWN else -v[3 + i]
         v[3 + w] = -coll
         v[4 + w] = -pl.algo
-        if self.agree_plan is not None:
+        if self.agree_plan is not None and pl.fused < 0:
+            # Under the watchdog: its watched all-reduce, which names a rank that never comes.
             self.launch(coll, self.agree_plan, <char *>v, NULL, _npy_code[<int>cnp.NPY_INT64], OP_MAX,
                         AGREE_TAG)
         else:
-            with nogil:
-                rc = MPI_Allreduce(MPI_IN_PLACE, v, self.nvec, MPI_INT64_T, MPI_MAX, self.comm.ob_mpi)
-            if rc != MPI_SUCCESS:
-                raise pyMPI.Exception(rc)
+            self.x.kind = X_HEADER if pl.fused < 0 else pl.fused
+            self.x.nbytes, self.x.block, self.x.dtype, self.x.op = nbytes, block, dtype, op
+            v[self.nvec] = nbytes if self.x.kind != X_HEADER and has else 0
+            x_checked(&self.x, self.rank, self.size)
         name = self.names[coll]
         if v[0]:
             raise ValueError(f"{name}: invalid arguments on another rank (it raised the details)")
@@ -832,6 +1000,13 @@ cdef class Fast:
                 return False
             fields = self.fields()
             fields[0], fields[1], fields[2] = recv.count, recv.dtype, opc
+            if pl.fused >= 0:
+                memcpy(self.body(), send.ptr, recv.count * recv.size)
+                self.agree(ALLREDUCE, pl, 3, ("count", "dtype", "op"), False, recv.count * recv.size,
+                           0, recv.dtype, opc)
+                memcpy(recv.ptr, self.body(), recv.count * recv.size)
+                self.done(pl)
+                return True
             self.agree(ALLREDUCE, pl, 3, ("count", "dtype", "op"), False)
             if send.ptr != recv.ptr and not (pl.reads_in and recv.count and self.size > 1):
                 memcpy(recv.ptr, send.ptr, recv.count * recv.size)
@@ -862,6 +1037,13 @@ cdef class Fast:
                 return False
             fields = self.fields()
             fields[0], fields[1] = nbytes, root
+            if pl.fused >= 0:
+                memcpy(self.body(), a.ptr, nbytes)
+                self.agree(BCAST, pl, 2, ("nbytes", "root"), False, nbytes, 0, BYTE_CODE, 0,
+                           root == self.rank)
+                memcpy(a.ptr, self.body(), nbytes)
+                self.done(pl)
+                return True
             self.agree(BCAST, pl, 2, ("nbytes", "root"), False)
             if nbytes and self.size > 1:
                 self.launch(BCAST, pl, a.ptr, NULL, BYTE_CODE, 0)
@@ -900,6 +1082,14 @@ cdef class Fast:
                 return False
             fields = self.fields()
             fields[0], fields[1], fields[2], fields[3] = send.count, send.dtype, opc, root
+            if pl.fused >= 0:
+                memcpy(self.body(), send.ptr, send.count * send.size)
+                self.agree(REDUCE_, pl, 4, ("count", "dtype", "op", "root"), False,
+                           send.count * send.size, 0, send.dtype, opc)
+                if is_root:
+                    memcpy(recv.ptr, self.body(), send.count * send.size)
+                self.done(pl)
+                return True
             self.agree(REDUCE_, pl, 4, ("count", "dtype", "op", "root"), False)
             if send.count:
                 self.launch(REDUCE_, pl, recv.ptr if is_root else NULL, send.ptr, send.dtype, opc)
@@ -923,7 +1113,7 @@ cdef class Fast:
         """Allgather; False to leave the call to the general path."""
         cdef Arg send, recv
         cdef Py_buffer views[2]
-        cdef int nheld = 0
+        cdef int nheld = 0, nf
         cdef bint in_place = sendbuf is None or sendbuf is pyMPI.IN_PLACE
         cdef Py_ssize_t c, p = self.size, bytes_each
         cdef char *own
@@ -952,8 +1142,14 @@ cdef class Fast:
                            c * p, bytes_each * p, True, ((bytes_each,) * p,))
             if pl is None:
                 return False
-            self.agree(ALLGATHER, pl, self.block_fields(_npy_num[recv.dtype], recv.size, c, NULL),
-                       ("dtype", "itemsize"), True)
+            nf = self.block_fields(_npy_num[recv.dtype], recv.size, c, NULL)
+            if pl.fused >= 0:
+                memcpy(self.body() + self.rank * bytes_each, send.ptr, bytes_each)
+                self.agree(ALLGATHER, pl, nf, ("dtype", "itemsize"), True, bytes_each * p, bytes_each)
+                memcpy(recv.ptr, self.body(), bytes_each * p)
+                self.done(pl)
+                return True
+            self.agree(ALLGATHER, pl, nf, ("dtype", "itemsize"), True)
             own = recv.ptr + self.rank * bytes_each
             if send.ptr != own:
                 memcpy(own, send.ptr, bytes_each)
@@ -969,7 +1165,7 @@ cdef class Fast:
         the call to the general path.  In place, only the rank's own block is written."""
         cdef Arg send, recv
         cdef Py_buffer views[2]
-        cdef int nheld = 0, opc, i
+        cdef int nheld = 0, nf, opc, i
         cdef bint uniform = True, in_place = sendbuf is None or sendbuf is pyMPI.IN_PLACE
         cdef Py_ssize_t p = self.size, total = 0, start = 0
         cdef Py_ssize_t *cnt = self.counts
@@ -1011,7 +1207,15 @@ cdef class Fast:
                            total, total * send.size, uniform, (counts,), opc, recv.dtype)
             if pl is None:
                 return False
-            self.agree(REDUCE_SCATTER, pl, self.block_fields(recv.dtype, opc, 0, cnt), ("dtype", "op"), True)
+            nf = self.block_fields(recv.dtype, opc, 0, cnt)
+            if pl.fused >= 0:
+                memcpy(self.body(), send.ptr, total * send.size)
+                self.agree(REDUCE_SCATTER, pl, nf, ("dtype", "op"), True, total * send.size, 0,
+                           recv.dtype, opc)
+                memcpy(recv.ptr, self.body() + start * send.size, cnt[self.rank] * send.size)
+                self.done(pl)
+                return True
+            self.agree(REDUCE_SCATTER, pl, nf, ("dtype", "op"), True)
             acc = self.scratch(True, total * send.size)
             memcpy(acc, send.ptr, total * send.size)
             if total and p > 1:
@@ -1027,7 +1231,7 @@ cdef class Fast:
         buffer, Scatter's send buffer), ``own`` every rank's block (MPI.IN_PLACE at the root)."""
         cdef Arg whole, own
         cdef Py_buffer views[2]
-        cdef int nheld = 0
+        cdef int nheld = 0, nf
         cdef bint is_root, gather = coll == GATHER
         cdef bint in_place = own_spec is None or own_spec is pyMPI.IN_PLACE
         cdef Py_ssize_t c, p = self.size
@@ -1058,8 +1262,22 @@ cdef class Fast:
                            c * p, True, ((c,) * p, root))
             if pl is None:
                 return False
-            self.agree(coll, pl, self.block_fields(<int>root, own.size, own.count, NULL),
-                       ("root", "itemsize"), True)
+            nf = self.block_fields(<int>root, own.size, own.count, NULL)
+            if pl.fused >= 0:
+                # Gather's blocks meet in the payload; Scatter's root sends them all.
+                if gather:
+                    memcpy(self.body() + self.rank * c, own.ptr, c)
+                elif is_root:
+                    memcpy(self.body(), whole.ptr, c * p)
+                self.agree(coll, pl, nf, ("root", "itemsize"), True, c * p, c, BYTE_CODE, 0,
+                           gather or is_root)
+                if not gather:
+                    memcpy(own.ptr, self.body() + self.rank * c, c)
+                elif is_root:
+                    memcpy(whole.ptr, self.body(), c * p)
+                self.done(pl)
+                return True
+            self.agree(coll, pl, nf, ("root", "itemsize"), True)
             if gather:
                 self.launch(coll, pl, whole.ptr if is_root else NULL, own.ptr, BYTE_CODE, 0)
             else:
@@ -1086,6 +1304,9 @@ cdef class Fast:
         if pl is None:
             return False
         self.agree(BARRIER, pl, 0, (), False)
+        if pl.fused >= 0:
+            self.done(pl)
+            return True
         if self.size > 1:
             self.launch(BARRIER, pl, NULL, NULL, BYTE_CODE, 0)
         self.done(pl)
@@ -1101,7 +1322,7 @@ cdef class Fast:
         """Allgatherv; False to leave the call to the general path."""
         cdef Arg send, recv
         cdef Py_buffer views[2]
-        cdef int nheld = 0
+        cdef int nheld = 0, nf
         cdef bint packed, in_place = sendbuf is None or sendbuf is pyMPI.IN_PLACE
         cdef Py_ssize_t p = self.size, r = self.rank, total
         cdef Py_ssize_t *cnt = self.counts
@@ -1127,8 +1348,16 @@ cdef class Fast:
                            total * recv.size, len(set(bcounts)) == 1, (bcounts,))
             if pl is None:
                 return False
-            self.agree(ALLGATHER, pl, self.block_fields(_npy_num[recv.dtype], recv.size, 0, cnt),
-                       ("dtype", "itemsize"), True)
+            nf = self.block_fields(_npy_num[recv.dtype], recv.size, 0, cnt)
+            if pl.fused >= 0:
+                # Equal blocks (the fused form's restriction) meet in the payload in rank order.
+                memcpy(self.body() + at[r] * recv.size, send.ptr, cnt[r] * recv.size)
+                self.agree(ALLGATHER, pl, nf, ("dtype", "itemsize"), True, total * recv.size,
+                           cnt[r] * recv.size)
+                move_blocks(recv.ptr, dis, self.body(), at, cnt, p, recv.size)
+                self.done(pl)
+                return True
+            self.agree(ALLGATHER, pl, nf, ("dtype", "itemsize"), True)
             # The schedule wants the blocks in rank order from 0: other layouts go via scratch.
             acc = recv.ptr if packed else self.scratch(True, total * recv.size)
             if send.ptr != acc + at[r] * recv.size:

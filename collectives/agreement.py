@@ -1,82 +1,96 @@
 """The cross-rank argument agreement: every rank raises the same ValueError on a mismatch.
 
-What is compared.  Before a checked collective runs, each rank contributes the collective's
-index, the chosen algorithm (or ``native`` for a call delegated to MPI) and the fields of its
-call that must match: counts (per rank for the v-variants and reduce-scatter), dtype,
-itemsize, op and root.  The vector holds each field twice, once as is and once negated, and
-one native all-reduce with MAX gives every rank both the maximum and the minimum of each
-field: a field agrees when the two are equal, and the error names every field whose range is
-not a single value.  The vector's length depends only on the communicator's size, so ranks
-that call different collectives still meet in the same all-reduce.  A field a rank cannot
-know (a Gatherv count away from the root) is sent as the neutral value, which leaves the
-others' range unchanged.  The fast path (``_engine.Fast``) builds the same vector in C and
-reports through ``disagreement``, so a rank on either path meets the others.
+What is compared.  Before a checked collective runs, or as it runs, each rank contributes
+the collective's index, the chosen algorithm (or ``native`` for a call delegated to MPI) and
+the fields of its call that must match: counts (per rank for the v-variants and
+reduce-scatter), dtype, itemsize, op and root.  The vector holds each field twice, once as
+is and once negated, so folding two vectors with an elementwise MAX gives both the maximum
+and the minimum of each field.  A field agrees when the two are equal, and the error names
+every field whose range is not a single value.  The vector's length depends only on the
+communicator's size.  A field a rank cannot know (a Gatherv count away from the root) is
+sent as the neutral value, which leaves the others' range unchanged.
+
+How it travels: the checked exchange (``collectives.exchange``).  Every checked collective,
+whatever its collective, algorithm, root or path (the Cython fast path ``_engine.Fast``, the
+Python jobs, the pure-Python twin), starts with the same exchange on the same tag: recursive
+doubling over the ranks in which each message is the sender's folded vector plus an
+optional payload, and each receive folds the incoming vector into the receiver's.  After
+it every rank holds the fold over all ranks, because recursive doubling is an all-reduce:
+each rank's final state depends on every rank's input.  Equal maximum and minimum of every
+field then means that every rank passed the same value, and a mismatch is seen, and the
+same error raised, on every rank.  Ranks that called different collectives still meet:
+the exchange's pattern depends only on the communicator's size, so it cannot hang on a
+structural mismatch; the difference shows in the collective's field and all raise.
+
+No truncation.  Every receive is posted with room for the header and ``FUSED_BYTES`` of
+payload, more than any rank sends in the exchange, so MPI can never truncate a message nor
+write past the buffer.  The received size (MPI_Get_count) is compared with the size word
+of the header before any payload is used, and a payload is combined only when the sender's
+header equals the receiver's: between ranks whose calls differ, payloads are never mixed.
+
+No extra round trip at small sizes.  Up to ``FUSED_BYTES`` of payload the exchange carries
+the data and is the collective (the ``<collective>_fused`` algorithms, taken by ``auto``
+under the check): the check costs a few header bytes per message.  Fused collectives work
+on a copy and write the caller's buffers only once the fingerprints agree, so a mismatch
+leaves them untouched.  Above it the exchange runs with headers only, then the schedule: one
+small round trip, cheap beside the payload, and no schedule starts unless all agree.
+
+What stays out.  ``check=False`` (COLLECTIVES_CHECK=0) skips the exchange altogether (a
+forced fused algorithm still runs it: it is that algorithm).  The exchange checks the
+arguments that every rank must share, not the data: it cannot tell a wrong buffer of the
+right size.  The nonblocking forms run the same jobs, so they use the same exchange.
+
+Under the stall watchdog (``comm.timeout``) the vector goes instead through the watchdog's
+watched all-reduce (``watchdog.agree_max``), so a rank that never arrives is named, and
+``auto`` takes no fused form; every rank of a communicator must then set the same limit.
 
 A rank with bad arguments.  Its own ValueError or TypeError is kept; it still takes part in
 the agreement with the error flag set (the ``agreed`` decorator), so the others learn that
 something was wrong and raise "invalid arguments on another rank" instead of waiting for it
 in the schedule, while it raises its own, detailed error.
-
-Plan: a check with no round trip.  The all-reduce above costs a round trip that, at 8 bytes,
-dominates the collective.  The same fingerprint (the fields above, each kept as MAX and as
--MIN) can instead ride in the messages the schedule already sends: every message carries
-the sender's running MAX/-MIN vector, every receive folds the incoming one into its own,
-and the count is part of it, so a receive posted for the expected size and checked against
-the message's size (MPI_Get_count) before its data is used turns a size mismatch into this
-error, never a truncation or an overrun.  In schedules where every rank's result depends
-on every rank's input (all-reduce by recursive doubling, ring or Rabenseifner, all-gather,
-the dissemination barrier) the folded vector at the end is the global one on every rank:
-MAX equal to MIN everywhere means all ranks agree, and a mismatch raises the same error on
-every rank.  Rooted collectives (bcast, reduce, gather, scatter) lack that property: a
-binomial tree informs the root, or the leaves, not everyone.  For them, at small sizes,
-the schedule itself becomes a universal exchange by recursive doubling: in each of lg p
-rounds a rank sends its fingerprint with the (small) payload gathered so far, the root's
-data for bcast, partial results for reduce, blocks for gather and scatter, so that after
-lg p message latencies, the binomial tree's own depth, every rank holds the global
-agreement and the root's result is complete.  At large sizes the extra traffic of such an
-exchange would cost more than one round trip, and the all-reduce of the fingerprint before
-the schedule stays: it is cheap beside the payload.  Open: ranks whose schedules differ in
-structure (a different collective, algorithm or root) may never exchange the messages
-that would carry the fingerprint and then wait on each other forever; they need a
-matching rule on the envelope (collective and algorithm in the tag, a message with a
-foreign tag found by a probe and reported) before the all-reduce can be dropped.  And a
-mismatch found on receipt is found after earlier steps wrote into the caller's buffers,
-which are then undefined, as MPI leaves them after an error.  Until both are settled this
-module keeps the all-reduce, which covers every case.
 """
 import functools
 
 import numpy as np
-from mpi4py import MPI
 
-from .registry import ALGORITHMS, names
+from . import exchange, kernels
+from .registry import ALGORITHMS, choices
 from .watchdog import agree_max
+
+try:
+    from ._engine import exchange as _native_exchange
+except ImportError:
+    _native_exchange = None
 
 # Collective indices, as in collectives._engine, which runs the same agreement in C.
 COLLECTIVE_INDEX = {name: i for i, name in enumerate(ALGORITHMS)}
+# The exchange in C, or its pure-Python twin (the same messages) under COLLECTIVES_PUREPYTHON=1.
+_exchange = exchange.exchange if kernels.PUREPYTHON or _native_exchange is None else _native_exchange
 
 
-def agree(comm, collective, algo, error=False, **fields):
+def agree(comm, collective, algo, error=False, payload=None, **fields):
     """Raise the same ValueError on every rank of ``comm`` unless all passed equal ``fields``.
 
     ``comm`` is a collectives.Comm.  A field may be None on ranks that cannot know it.
     ``algo`` is an Algorithm, ``"native"`` for a call delegated to MPI, or None with
     ``error`` (this rank's own arguments were invalid; it raises its own error afterwards).
+    ``payload`` is a fused collective's (kind, data, block, dtype, op, has) as
+    ``exchange.exchange`` takes them: ``data`` then holds the result once this returns.
     """
     width = 4 + comm.size
     if len(fields) > width:
         raise RuntimeError(f"{collective}: {len(fields)} fields to agree on, room for {width}")
     unknown = 1 << 62
     head = [int(error), COLLECTIVE_INDEX[collective],
-            0 if algo is None else _choices(collective).index(getattr(algo, "name", algo))]
+            0 if algo is None else choices(collective).index(getattr(algo, "name", algo))]
     values = list(fields.values()) + [0] * (width - len(fields))
     hi = head + [-unknown if v is None else int(v) for v in values]
     lo = head[1:] + [unknown if v is None else int(v) for v in values]
     both = np.array(hi + [-v for v in lo], dtype=np.int64)
-    if comm.timeout:
+    if comm.timeout and payload is None:
         agree_max(comm, both, collective)
     else:
-        comm._coll.Allreduce(MPI.IN_PLACE, both, op=MPI.MAX)
+        _exchange(comm._coll, both, *(payload or ()))
     hi, lo = both[1:len(hi)], -both[len(hi):]
     if both[0]:
         if error:
@@ -87,23 +101,23 @@ def agree(comm, collective, algo, error=False, **fields):
         raise ValueError(message)
 
 
-def _choices(collective):
-    """The algorithm indices the agreement uses: the table's names, then "native"."""
-    return names(collective) + ["native"]
-
-
 def disagreement(collective, keys, lo, hi):
     """What the argument agreement reports, or None when all ranks agree: ``lo`` and ``hi``
     are, per key, the least and greatest value over the ranks (the first two keys are the
     collective and the algorithm).  Shared by ``agree`` and the fast path's agreement."""
-    # Fields mean something only between ranks running the same collective and algorithm
-    # (a native call agrees on none), and ranks differing there may have different keys.
-    if lo[0] != hi[0] or lo[1] != hi[1]:
+    if lo[0] != hi[0]:
+        # Each rank knows only its own collective: name the range, the same on every rank.
+        called = list(ALGORITHMS)
+        return (f"arguments differ across ranks: collective ranges {called[lo[0]]}..{called[hi[0]]} "
+                "(ranks called different collectives)")
+    # Every algorithm of a collective compares the same fields; a native call compares none,
+    # so fields count only when no rank took it (it is the last index of ``choices``).
+    if hi[1] == len(choices(collective)) - 1 and lo[1] != hi[1]:
         keys = keys[:2]
     bad = [f"{k} ranges {lo[i]}..{hi[i]}" for i, k in enumerate(keys) if lo[i] != hi[i]]
     if lo[0] == hi[0] and lo[1] != hi[1]:
-        choices = _choices(collective)
-        bad[0] += (f" ({choices[lo[1]]}..{choices[hi[1]]}; 'native' is MPI's own call, "
+        known = choices(collective)
+        bad[0] += (f" ({known[lo[1]]}..{known[hi[1]]}; 'native' is MPI's own call, "
                    "taken for arguments no algorithm covers)")
     if not bad:
         return None

@@ -22,7 +22,7 @@ from . import kernels
 from .agreement import agree
 from .nonblocking import Progress, completed
 from .ops import DTYPES, OP_NAMES, dtype_code, supports
-from .registry import ALGORITHMS, decide_for, log, names, plan
+from .registry import ALGORITHMS, choices, decide_for, log, plan
 from .schedule import run_python
 from .watchdog import StallError, call_number, stalled
 
@@ -36,6 +36,7 @@ NATIVE = _native_execute is not None and not kernels.PUREPYTHON
 # One tag per collective on the private communicator.
 TAG = {name: 100 + i for i, name in enumerate(ALGORITHMS)}
 BYTE = dtype_code(np.uint8)
+_NO_STEPS = np.empty((0, 9), np.int64)  # a fused collective's: the checked exchange is all of it
 # COLLECTIVES_EXPLAIN=1: one line per call on stderr saying why its algorithm runs.
 EXPLAIN = os.environ.get("COLLECTIVES_EXPLAIN", "") not in ("", "0")
 
@@ -45,10 +46,17 @@ def as_bytes(arr):
     return arr.view(np.uint8) if arr.size else np.empty(0, np.uint8)
 
 
+def fusable(comm):
+    """Whether ``auto`` may take a fused collective on ``comm``: the check is on (the fused
+    form is the check) and no stall limit is set (the watchdog watches the schedules and its
+    own agreement, not the checked exchange)."""
+    return comm.check and not comm.timeout
+
+
 def choose(comm, collective, algorithm, count, nbytes, uniform=True):
     """The Algorithm for this call: per call, then per Comm, then environment, then ``auto``."""
     algo, reason = decide_for(collective, algorithm, comm.algorithms.get(collective), comm.size, count,
-                              nbytes, uniform)
+                              nbytes, uniform, checked=fusable(comm))
     comm.last_algorithm = algo.name
     if EXPLAIN:
         explain_line(comm, collective, f"{nbytes} B -> {algo.name}: {reason}")
@@ -68,7 +76,7 @@ def explain(comm, collective, count=0, dtype="float32", algorithm=None):
         raise ValueError(f"unknown collective {collective!r}; one of {', '.join(ALGORITHMS)}")
     nbytes = count * np.dtype(dtype).itemsize
     algo, reason = decide_for(collective, algorithm, comm.algorithms.get(collective), comm.size,
-                              nbytes if collective == "bcast" else count, nbytes)
+                              nbytes if collective == "bcast" else count, nbytes, checked=fusable(comm))
     return f"{algo.name}: {reason}"
 
 
@@ -111,12 +119,16 @@ def execute_steps(comm, steps, tmp_count, nreq, acc, inp, dtype, op, tag, name):
 
 def plan_fast(comm, collective, algorithm, count, nbytes, uniform, args, op=None, dtype=None):
     """What the fast path caches for one call shape: (steps, tmp_count, nreq, reads_in, name,
-    index of the algorithm); ``op`` and ``dtype`` codes of a reduction are checked."""
+    index of the algorithm, payload kind of a fused one or -1); ``op`` and ``dtype`` codes of a
+    reduction are checked."""
     if op is not None and not supports(OP_NAMES[op], DTYPES[dtype]):
         raise TypeError(f"{collective}: op {OP_NAMES[op]} is not defined on {np.dtype(DTYPES[dtype])}")
     algo = choose(comm, collective, algorithm, count, nbytes, uniform)
+    index = choices(collective).index(algo.name)
+    if algo.fused is not None:
+        return (_NO_STEPS, 0, 0, False, algo.name, index, algo.fused)
     steps, tmp_count, nreq = plan(algo.name, comm.rank, comm.size, *args)
-    return (steps, tmp_count, nreq, algo.reads_in, algo.name, names(collective).index(algo.name))
+    return (steps, tmp_count, nreq, algo.reads_in, algo.name, index, -1)
 
 
 def native_job(comm, collective, why, method, *args):

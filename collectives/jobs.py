@@ -15,6 +15,7 @@ import numpy as np
 
 from .agreement import agree, agreed
 from .buffers import Native, is_in_place, parse
+from .exchange import HEADER
 from .executor import BYTE, as_bytes, buffer, choose, execute, native_job, run
 from .ops import check_op
 from .schedule import displacements
@@ -62,6 +63,18 @@ def _aliased(send, recv, name, exact_ok=True):
     return False
 
 
+def _fused(comm, collective, algo, fields, arr=None, nbytes=None, block=0, dtype=BYTE, op=0,
+           has=True, at=0):
+    """Run fused ``algo`` (the checked exchange carrying the data, collectives.exchange): the
+    payload starts as ``arr``'s bytes at byte ``at`` of ``nbytes`` (``arr``'s own size by
+    default) and is returned as the result; the caller's buffers are not touched."""
+    data = np.zeros(as_bytes(arr).size if nbytes is None else nbytes, np.uint8)
+    if arr is not None and has:
+        data[at:at + arr.nbytes] = as_bytes(np.ascontiguousarray(arr))
+    agree(comm, collective, algo, payload=(algo.fused, data, block, dtype, op, has), **fields)
+    return data
+
+
 def _same_dtype(a, b, name):
     if a.dtype != b.dtype:
         raise TypeError(f"{name}: sendbuf dtype {a.dtype} differs from recvbuf dtype {b.dtype}")
@@ -83,6 +96,11 @@ def allreduce(comm, sendbuf, recvbuf, op, algorithm):
     algo = choose(comm, "allreduce", algorithm, n, recv.nbytes)
 
     def job():
+        if algo.fused is not None:
+            data = _fused(comm, "allreduce", algo, dict(count=n, dtype=dt, op=opc),
+                          send if send is not None else recv, dtype=dt, op=opc)
+            as_bytes(recv)[:] = data
+            return
         if comm.check:
             agree(comm, "allreduce", algo, count=n, dtype=dt, op=opc)
         reads_in = algo.reads_in and n and comm.size > 1
@@ -103,6 +121,10 @@ def bcast(comm, buf, root, algorithm):
     algo = choose(comm, "bcast", algorithm, data.size, data.size)
 
     def job():
+        if algo.fused is not None:
+            data[:] = _fused(comm, "bcast", algo, dict(nbytes=data.size, root=root), data,
+                             has=comm.rank == root)
+            return
         if comm.check:
             agree(comm, "bcast", algo, nbytes=data.size, root=root)
         if data.size and comm.size > 1:
@@ -135,6 +157,12 @@ def reduce(comm, sendbuf, recvbuf, op, root, algorithm):
     algo = choose(comm, "reduce", algorithm, n, send.nbytes)
 
     def job():
+        if algo.fused is not None:
+            data = _fused(comm, "reduce", algo, dict(count=n, dtype=dt, op=opc, root=root), send,
+                          dtype=dt, op=opc)
+            if is_root:
+                as_bytes(recv)[:] = data
+            return
         if comm.check:
             agree(comm, "reduce", algo, count=n, dtype=dt, op=opc, root=root)
         if n:
@@ -184,10 +212,20 @@ def allgather(comm, sendbuf, recvbuf, algorithm, vector):
     bcounts = tuple(c * size for c in counts)
     algo = choose(comm, "allgather", algorithm, total, total * size, uniform=len(set(counts)) <= 1)
 
+    fields = dict(dtype=recv.dtype.num, itemsize=size, **{f"count{i}": c for i, c in enumerate(counts)})
+
     def job():
+        if algo.fused is not None:
+            own = send if send is not None else recv[displs[r]:displs[r] + counts[r]]
+            data = _fused(comm, "allgather", algo, fields, own, total * size, bcounts[r],
+                          at=sum(bcounts[:r]))
+            if displs == displacements(counts):
+                as_bytes(recv[:total])[:] = data
+            else:
+                unpack(data.view(recv.dtype), recv, counts, displs)
+            return
         if comm.check:
-            agree(comm, "allgather", algo, dtype=recv.dtype.num, itemsize=size,
-                  **{f"count{i}": c for i, c in enumerate(counts)})
+            agree(comm, "allgather", algo, **fields)
         # Only this rank's block goes in; the schedule fills the others.
         acc = pack(comm, recv, counts, displs, ranks=() if send is not None else (r,))
         if send is not None:
@@ -236,10 +274,15 @@ def reduce_scatter(comm, sendbuf, recvbuf, counts, op, algorithm, name):
                   uniform=len(set(counts)) <= 1)
     start = sum(counts[:r])
 
+    fields = dict(dtype=dt, op=opc, **{f"count{i}": c for i, c in enumerate(counts)})
+
     def job():
+        if algo.fused is not None:
+            data = _fused(comm, "reduce_scatter", algo, fields, send, dtype=dt, op=opc)
+            recv[:counts[r]] = data.view(send.dtype)[start:start + counts[r]]
+            return
         if comm.check:
-            agree(comm, "reduce_scatter", algo, dtype=dt, op=opc,
-                  **{f"count{i}": c for i, c in enumerate(counts)})
+            agree(comm, "reduce_scatter", algo, **fields)
         # The schedule writes every block of its buffer; in place, MPI leaves recvbuf past
         # the rank's own result (which lands at its start) untouched, so it runs on a copy.
         acc = buffer(comm, "acc", send.nbytes).view(send.dtype)
@@ -292,6 +335,19 @@ def _rooted(comm, collective, vector, root, root_spec, own_spec, algorithm):
                   **{f"count{i}": c if c >= 0 else None for i, c in enumerate(counts)})
 
     def job():
+        if algo.fused is not None:
+            # Equal blocks only: the root's buffer is its blocks in rank order.
+            b = bcounts[r]
+            if gather:
+                data = _fused(comm, collective, algo, fields, own, b * p, b, at=r * b)
+                if r == root:
+                    as_bytes(rooted[0][:counts[r] * p])[:] = data
+            else:
+                data = _fused(comm, collective, algo, fields, rooted and rooted[0][:counts[r] * p],
+                              b * p, b, has=r == root)
+                if own is not None:
+                    as_bytes(own)[:] = data[r * b:(r + 1) * b]
+            return
         if comm.check:
             agree(comm, collective, algo, **fields)
         staged = whole = None
@@ -331,6 +387,9 @@ def barrier(comm, algorithm):
     algo = choose(comm, "barrier", algorithm, 0, 0)
 
     def job():
+        if algo.fused is not None:
+            agree(comm, "barrier", algo, payload=(HEADER,))
+            return
         if comm.check:
             agree(comm, "barrier", algo)
         if comm.size > 1:

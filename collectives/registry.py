@@ -3,9 +3,12 @@
 Selection is data kept out of the algorithm modules (MPICH's coll selection, in small):
 
 * ``ALGORITHMS`` lists, per collective, every algorithm with its restriction, if any;
+* ``FUSED`` adds, per collective, the fused form of the checked exchange
+  (``collectives.exchange``), for messages of at most ``FUSED_BYTES``;
 * ``auto`` is a measured decision table (``collectives.tuning``: rank range x message-size
   range -> algorithm, shipped in collectives/data/tuning.json, COLLECTIVES_TUNING=file for
-  another); the first row that covers the call and whose algorithm applies wins;
+  another); the first row that covers the call and whose algorithm applies wins.  A fused row
+  applies only with the cross-rank check on: it is the check and the collective at once;
 * ``COLLECTIVES_<COLLECTIVE>=<name>`` in the environment forces one (``COLLECTIVES_ALLREDUCE=ring``);
 * a forced algorithm whose restriction fails falls back to ``auto``, logging the reason.
 
@@ -21,6 +24,7 @@ import os
 
 from . import tuning
 from .cache import ByteLRU
+from .exchange import BCAST, FUSED_BYTES, GATHER, HEADER, REDUCE
 
 log = logging.getLogger("collectives")
 
@@ -28,8 +32,11 @@ log = logging.getLogger("collectives")
 class Algorithm:
     """One row of the table: a schedule builder and the restriction it places on its use."""
 
-    def __init__(self, name, restriction=None, why="", reads_in=False, node_aware=False):
+    def __init__(self, name, restriction=None, why="", reads_in=False, node_aware=False, fused=None):
         self.name = name
+        # The checked exchange's payload kind (collectives.exchange) of a fused collective,
+        # which has no schedule: the exchange is the collective.
+        self.fused = fused
         # Composed from collectives on the node communicators (collectives.node), not a schedule.
         self.node_aware = node_aware
         self.restriction = restriction
@@ -37,8 +44,10 @@ class Algorithm:
         # An all-reduce that reads IN itself; the others get the input copied into ACC first.
         self.reads_in = reads_in
 
-    def applies(self, size, count, uniform):
+    def applies(self, size, count, uniform, nbytes=0):
         """None when usable for this call, else the reason it is not."""
+        if self.fused is not None and nbytes > FUSED_BYTES:
+            return f"carries at most {FUSED_BYTES} bytes (collectives.exchange.FUSED_BYTES)"
         if self.restriction is None or self.restriction(size, count, uniform):
             return None
         return self.why
@@ -113,7 +122,21 @@ NODE_ALGORITHMS = {
     ],
 }
 
+_EQUAL = "needs equal counts on every rank"
+# The checked exchange carrying the payload (collectives.exchange), one per collective.
+FUSED = {
+    "allreduce": Algorithm("allreduce_fused", fused=REDUCE),
+    "bcast": Algorithm("bcast_fused", fused=BCAST),
+    "reduce": Algorithm("reduce_fused", fused=REDUCE),
+    "allgather": Algorithm("allgather_fused", _uniform, _EQUAL, fused=GATHER),
+    "reduce_scatter": Algorithm("reduce_scatter_fused", fused=REDUCE),
+    "gather": Algorithm("gather_fused", _uniform, _EQUAL, fused=GATHER),
+    "scatter": Algorithm("scatter_fused", _uniform, _EQUAL, fused=BCAST),
+    "barrier": Algorithm("barrier_fused", fused=HEADER),
+}
+
 _BY_NAME = {a.name: a for table in (ALGORITHMS, NODE_ALGORITHMS) for rows in table.values() for a in rows}
+_BY_NAME.update({a.name: a for a in FUSED.values()})
 
 # auto across nodes: (largest message in bytes, algorithm) rows, first match that applies wins.
 NODE_AUTO = {
@@ -154,13 +177,21 @@ def names(collective):
     return [a.name for a in ALGORITHMS[collective]]
 
 
+def choices(collective):
+    """The algorithm indices the cross-rank agreement uses: the table's names, the fused
+    form, then "native" (MPI's own call), last so that a range of indices below it holds
+    only algorithms that compare the same fields."""
+    return names(collective) + [FUSED[collective].name, "native"]
+
+
 def resolve_name(collective, name):
     """Full name of algorithm ``name`` ("ring" or "allreduce_ring") or "auto"; ValueError if unknown."""
     if name in (None, "", "auto"):
         return "auto"
     full = name if name.startswith(collective + "_") else f"{collective}_{name}"
     if full not in _BY_NAME or not full.startswith(collective + "_"):
-        known = names(collective) + [a.name for a in NODE_ALGORITHMS.get(collective, [])]
+        known = (names(collective) + [a.name for a in NODE_ALGORITHMS.get(collective, [])]
+                 + [FUSED[collective].name])
         raise ValueError(f"unknown {collective} algorithm {name!r}; choose auto or one of "
                          + ", ".join(n[len(collective) + 1:] for n in known))
     return full
@@ -171,18 +202,19 @@ def env_choice(collective):
     return resolve_name(collective, os.environ.get(f"COLLECTIVES_{collective.upper()}", "auto"))
 
 
-def decide(collective, requested, size, count, nbytes, uniform=True, source="requested"):
-    """(Algorithm, reason): ``requested`` when it applies, else the ``auto`` table's choice.
+def decide(collective, requested, size, count, nbytes, uniform=True, source="requested", checked=False):
+    """(Algorithm, reason): ``requested`` when it applies, else the ``auto`` choice.
 
     ``source`` says where a named request came from (per call, per Comm, environment); the
-    reason names it, or the table row, restriction or fallback that chose.
+    reason names it, or the table row, restriction or fallback that chose.  ``checked``: the
+    cross-rank check is on, which lets ``auto`` take the fused form.
     """
     name = resolve_name(collective, requested)
     fell_back = ""
     if name != "auto":
         algo = _BY_NAME[name]
         reason = ("needs more than one node with several ranks on some node" if algo.node_aware
-                  else algo.applies(size, count, uniform))
+                  else algo.applies(size, count, uniform, nbytes))
         if reason is None:
             return algo, f"{name} ({source})"
         log.info("collectives: %s does not apply (%s); falling back to auto", name, reason)
@@ -191,7 +223,8 @@ def decide(collective, requested, size, count, nbytes, uniform=True, source="req
     skipped = []
     for row in table.lookup(collective, size, nbytes):
         algo = _BY_NAME[row.algorithm]
-        why = algo.applies(size, count, uniform)
+        why = (algo.applies(size, count, uniform, nbytes) if checked or algo.fused is None
+               else "needs the cross-rank check on: the fused form is that check")
         if why is None:
             return algo, (f"{fell_back}auto: {collective} {row.describe()} of {table.path}"
                           + "".join(f"; skipped {s}" for s in skipped))
@@ -201,19 +234,19 @@ def decide(collective, requested, size, count, nbytes, uniform=True, source="req
                   f"{nbytes} bytes{''.join(f'; skipped {s}' for s in skipped)}; first applicable algorithm")
 
 
-def decide_for(collective, per_call, per_comm, size, count, nbytes, uniform=True):
+def decide_for(collective, per_call, per_comm, size, count, nbytes, uniform=True, checked=False):
     """(Algorithm, reason) for a call: its ``algorithm=``, else the Comm's, else
-    COLLECTIVES_<COLLECTIVE>, else ``auto``."""
+    COLLECTIVES_<COLLECTIVE>, else ``auto`` (``checked`` as for ``decide``)."""
     for name, source in ((per_call, "per call"), (per_comm, "per Comm"),
                          (os.environ.get(f"COLLECTIVES_{collective.upper()}"), f"COLLECTIVES_{collective.upper()}")):
         if resolve_name(collective, name) != "auto":
-            return decide(collective, name, size, count, nbytes, uniform, source)
-    return decide(collective, "auto", size, count, nbytes, uniform)
+            return decide(collective, name, size, count, nbytes, uniform, source, checked)
+    return decide(collective, "auto", size, count, nbytes, uniform, checked=checked)
 
 
-def select(collective, requested, size, count, nbytes, uniform=True):
+def select(collective, requested, size, count, nbytes, uniform=True, checked=False):
     """The Algorithm to run: ``requested`` when it applies, else the ``auto`` choice."""
-    return decide(collective, requested, size, count, nbytes, uniform)[0]
+    return decide(collective, requested, size, count, nbytes, uniform, checked=checked)[0]
 
 
 # Bytes an entry holds besides its steps: two array headers (the steps are a reshaped view),

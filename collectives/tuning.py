@@ -12,7 +12,8 @@ flattened to rows::
 
 Bounds are inclusive, ``null`` is unbounded; per collective the first row whose ranges hold the
 communicator size and the message size (the whole vector in bytes, as the benchmark's size
-column) and whose algorithm applies wins (``collectives.registry.decide``).  The package ships
+column) and whose algorithm applies wins (``collectives.registry.decide``); a
+``<collective>_fused`` row applies only with the cross-rank check on.  The package ships
 ``collectives/data/tuning.json`` (``collectives-bench tune`` writes it); COLLECTIVES_TUNING=path
 selects another.  A malformed file raises TuningError naming the file and the problem.
 """
@@ -76,7 +77,7 @@ def _range(value, where, lowest):
 
 def parse(data, path="<table>"):
     """A Table from the decoded JSON ``data``; TuningError naming ``path`` and the problem."""
-    from .registry import ALGORITHMS, resolve_name
+    from .registry import ALGORITHMS, FUSED, resolve_name
 
     try:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -103,7 +104,7 @@ def parse(data, path="<table>"):
                     name = resolve_name(collective, entry["algorithm"])
                 except ValueError as exc:
                     raise ValueError(f"{where}.algorithm: {exc}") from None
-                if name == "auto" or name not in [a.name for a in ALGORITHMS[collective]]:
+                if name == "auto" or name not in [a.name for a in ALGORITHMS[collective]] + [FUSED[collective].name]:
                     raise ValueError(f"{where}.algorithm: {entry['algorithm']!r} is not a flat "
                                      f"{collective} algorithm")
                 rows[collective].append(Row(_range(entry["ranks"], f"{where}.ranks", 1),

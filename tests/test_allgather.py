@@ -7,7 +7,7 @@ from mpi4py.util import dtlib
 import collectives
 from util import LARGE, assert_everywhere, assert_identical_across_ranks, make_data, sizes, uneven
 
-ALGORITHMS = collectives.names("allgather")
+ALGORITHMS = collectives.names("allgather") + ["allgather_fused"]
 DTYPES = [np.dtype(t) for t in (np.bool_, np.int8, np.uint16, np.int64, np.float16,
                                 np.float32, np.float64, np.complex128)]
 
@@ -25,7 +25,7 @@ def _assert_equal(got, want, what):
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_allgather(comm, mpi_comm, algorithm, dtype):
     p, r = comm.size, comm.rank
-    for n in sizes(p):
+    for n in sizes(p, algorithm, dtype.itemsize * p):
         if n == LARGE and dtype.itemsize != 8:
             continue
         n = n // p if n == LARGE else n

@@ -6,14 +6,15 @@ from mpi4py import MPI
 import collectives
 from util import ALL_DTYPES, LARGE, assert_close, check_allreduce, make_data, ops_for, sizes
 
-ALGORITHMS = collectives.names("allreduce")
+ALGORITHMS = collectives.names("allreduce") + ["allreduce_fused"]
 
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_allreduce(comm, mpi_comm, algorithm, dtype):
-    check_allreduce(comm, mpi_comm, dtype, sizes(comm.size), algorithm, algorithm=algorithm)
+    check_allreduce(comm, mpi_comm, dtype, sizes(comm.size, algorithm, dtype.itemsize), algorithm,
+                    algorithm=algorithm)
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -25,3 +26,19 @@ def test_allreduce_in_place(comm, mpi_comm, algorithm):
         mpi_comm.Allreduce(buf, want)
         comm.Allreduce(MPI.IN_PLACE, buf, algorithm=algorithm)
         assert_close(buf, want, np.float64, p, f"{algorithm} in place n={n}")
+
+
+def test_fused_up_to_its_bound(comm, mpi_comm, check):
+    """auto takes allreduce_fused under the check up to FUSED_BYTES and a schedule above; a
+    forced allreduce_fused falls back there, check or not."""
+    from collectives.exchange import FUSED_BYTES
+
+    n = FUSED_BYTES // 8
+    for count, forced in ((n, None), (n + 1, None), (n, "fused"), (n + 1, "fused")):
+        x = make_data(np.float64, "sum", count, comm.rank)
+        got, want = np.zeros(count), np.zeros(count)
+        comm.Allreduce(x, got, algorithm=forced)
+        mpi_comm.Allreduce(x, want)
+        assert_close(got, want, np.float64, comm.size, f"n={count} {forced}")
+        fused = count == n and (check or forced is not None)
+        assert (comm.last_algorithm == "allreduce_fused") == fused, (count, forced, comm.last_algorithm)

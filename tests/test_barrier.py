@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 import collectives
 
-ALGORITHMS = collectives.names("barrier")
+ALGORITHMS = collectives.names("barrier") + ["barrier_fused"]
 
 
 @pytest.fixture(scope="module")

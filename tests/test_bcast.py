@@ -6,7 +6,7 @@ from mpi4py import MPI
 import collectives
 from util import LARGE, make_data, sizes
 
-ALGORITHMS = collectives.names("bcast")
+ALGORITHMS = collectives.names("bcast") + ["bcast_fused"]
 DTYPES = [np.dtype(t) for t in (np.bool_, np.int8, np.float16, np.int32, np.float64, np.complex128)]
 
 
@@ -20,7 +20,7 @@ def roots(p):
 def test_bcast(comm, mpi_comm, algorithm, dtype):
     p, r = comm.size, comm.rank
     for root in roots(p):
-        for n in sizes(p):
+        for n in sizes(p, algorithm, dtype.itemsize):
             # ~10^6 elements for the widest type only: that is where the blocks are largest.
             if n == LARGE and dtype != np.complex128:
                 continue

@@ -151,7 +151,8 @@ def test_error_seen_by_one_rank_raises_on_every_rank(comm, mpi_comm, collective)
 
 
 def test_unknown_algorithm_lists_the_choices(comm, mpi_comm, monkeypatch):
-    known = collectives.names("allreduce") + [a.name for a in registry.NODE_ALGORITHMS["allreduce"]]
+    known = (collectives.names("allreduce") + [a.name for a in registry.NODE_ALGORITHMS["allreduce"]]
+             + ["allreduce_fused"])
     choices = ", ".join(n[len("allreduce_"):] for n in known)
     with pytest.raises(ValueError, match=f"unknown allreduce algorithm 'fastest'; choose auto or one of {choices}$"):
         comm.Allreduce(np.ones(2), np.zeros(2), algorithm="fastest")
@@ -226,3 +227,33 @@ def test_forced_algorithm_falls_back_with_a_logged_reason(comm, mpi_comm, monkey
     _allreduce(comm, mpi_comm, n=1)  # small enough: the forced choice applies, nothing logged
     assert comm.last_algorithm == ran[-1] == "allreduce_all_to_all"
     assert not caplog.records
+
+
+FUSED_CALLS = {
+    # (call(comm, n, bad), the arrays it writes): with ``bad`` the rank calls differently.
+    "allreduce": lambda c, out, bad: c.Allreduce(np.ones(3 if bad else 4), out[:3 if bad else 4]),
+    "collective": lambda c, out, bad: c.Bcast(out[:4]) if bad else c.Allreduce(np.ones(4), out[:4]),
+    "algorithm": lambda c, out, bad: c.Allreduce(np.ones(4), out[:4],
+                                                 algorithm="recursive_doubling" if bad else None),
+    "header-only": lambda c, out, bad: c.Allreduce(np.ones(4000 if bad else 4), out[:4000 if bad else 4]),
+    "root": lambda c, out, bad: c.Reduce(np.ones(4), out[:4], root=1 if bad else 0),
+    "allgather": lambda c, out, bad: c.Allgather(np.ones(2, np.float32 if bad else float),
+                                                 out[:2 * c.size].astype(np.float32) if bad
+                                                 else out[:2 * c.size]),
+}
+
+
+@pytest.mark.parametrize("case", list(FUSED_CALLS))
+def test_fused_mismatch_raises_everywhere_and_writes_nothing(comm, mpi_comm, case):
+    """Ranks whose small checked calls differ (count, collective, algorithm, a header-only
+    exchange beside a fused one, root, dtype) meet in the one checked exchange: the same
+    ValueError on every rank, no hang, and the receive buffers untouched."""
+    if comm.size < 2:
+        pytest.skip("needs two ranks")
+    out = np.full(4000, -5.0)
+    _same_error_on_every_rank(mpi_comm, lambda: FUSED_CALLS[case](comm, out, comm.rank == 0),
+                              "arguments differ across ranks")
+    assert (out == -5.0).all()
+    FUSED_CALLS[case](comm, out, False)  # and the communicator still works
+    assert comm.last_algorithm == ("allreduce_fused" if case != "root" and case != "allgather"
+                                   else f"{case.replace('root', 'reduce')}_fused")

@@ -7,8 +7,8 @@ from mpi4py import MPI
 import collectives
 from util import LARGE, expect_error, make_data, sizes, uneven
 
-GATHER = collectives.names("gather")
-SCATTER = collectives.names("scatter")
+GATHER = collectives.names("gather") + ["gather_fused"]
+SCATTER = collectives.names("scatter") + ["scatter_fused"]
 DTYPES = [np.dtype(t) for t in (np.bool_, np.int8, np.float16, np.uint32, np.float64, np.complex64)]
 
 
@@ -17,15 +17,15 @@ def roots(p):
     return sorted({0, p // 2, p - 1})
 
 
-def _per_rank(p):
+def _per_rank(p, algorithm=None, itemsize=1):
     """Elements per rank: the awkward sizes, ~10^6 in all for the largest."""
-    return sorted({n // p if n == LARGE else n for n in sizes(p)})
+    return sorted({n // p if n == LARGE else n for n in sizes(p, algorithm, itemsize * p)})
 
 
 def _cases(p, algorithm, dtype):
     """(root, n, what) for each root and per-rank size n; ~10^6 elements in all only for 8-byte dtypes."""
     for root in roots(p):
-        for n in _per_rank(p):
+        for n in _per_rank(p, algorithm, dtype.itemsize):
             if n == LARGE // p and dtype.itemsize < 8:
                 continue
             yield root, n, f"{algorithm} {dtype} n={n} p={p} root={root}"

@@ -8,7 +8,7 @@ from collectives.ops import MPI_OP
 from util import (ALL_DTYPES, LARGE, assert_close, expect_error, make_data, native_supports, ops_for,
                   reference, sizes)
 
-ALGORITHMS = collectives.names("reduce")
+ALGORITHMS = collectives.names("reduce") + ["reduce_fused"]
 SENTINEL = 77
 
 
@@ -39,7 +39,7 @@ def _want(mpi_comm, send, dtype, op, n, root):
 def test_reduce(comm, mpi_comm, algorithm, dtype):
     p, r = comm.size, comm.rank
     for root in roots(p):
-        for n in sizes(p):
+        for n in sizes(p, algorithm, dtype.itemsize):
             for op in _ops_at(dtype, n):
                 what = f"{algorithm} {op} {dtype} n={n} p={p} root={root}"
                 send = make_data(dtype, op, n, r)

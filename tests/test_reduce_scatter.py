@@ -8,7 +8,7 @@ from collectives.ops import MPI_OP
 from util import (ops_at, ALL_DTYPES, LARGE, assert_close, assert_everywhere, make_data, native_supports,
                   ops_for, reference, sizes)
 
-ALGORITHMS = collectives.names("reduce_scatter")
+ALGORITHMS = collectives.names("reduce_scatter") + ["reduce_scatter_fused"]
 
 
 
@@ -32,7 +32,7 @@ def _uneven(p):
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_reduce_scatter_block(comm, mpi_comm, algorithm, dtype):
     p, r = comm.size, comm.rank
-    for n in sizes(p):
+    for n in sizes(p, algorithm, dtype.itemsize * p):
         for op in ops_at(dtype, n):
             block = n // p if n == LARGE else n
             what = f"{algorithm} {op} {dtype} block={block} p={p}"

@@ -73,10 +73,14 @@ def test_tune_builds_ranges_from_measured_winners():
     assert tune.winners(rows, 0.03) == [(8, rd)] and tune.winners(rows, 0.03, "min") == [(8, "allreduce_binomial")]
     # Unmeasured collectives get a row for every call.
     assert [r.algorithm for r in table.lookup("gather", 64, 1 << 30)] == ["gather_linear"]
-    # With a base table, its rows follow the measured ones: the choice beyond what was measured.
+    # With a base table, its rows follow the measured ones: the choice beyond what was measured;
+    # its fused row (taken only with the check on, which the sweep does not measure) stays first.
     base = tuning.load(tune.BASE)
     based = tune.build(sweeps, 0.03, {}, base=base)
-    assert [r.as_json() for r in based.rows["allreduce"]] == got[:4] + [r.as_json() for r in base.rows["allreduce"]]
+    base_rows = [r.as_json() for r in base.rows["allreduce"]]
+    fused = [{"ranks": [1, None], "bytes": [0, 4096], "algorithm": "allreduce_fused"}]
+    assert base_rows[:1] == fused
+    assert [r.as_json() for r in based.rows["allreduce"]] == fused + got[:4] + base_rows[1:]
     assert based.lookup("allreduce", 64, 8)[0].algorithm == base.lookup("allreduce", 64, 8)[0].algorithm
     assert [r.algorithm for r in based.rows["gather"]] == [r.algorithm for r in base.rows["gather"]]
 

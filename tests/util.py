@@ -2,15 +2,19 @@
 import numpy as np
 from mpi4py import MPI
 
+from collectives.exchange import FUSED_BYTES
 from collectives.ops import DTYPES, OP_NAMES, MPI_OP, supports
 
 ALL_DTYPES = [np.dtype(t) for t in DTYPES]
 LARGE = 10**6 + 3
 
 
-def sizes(p):
-    """Element counts every collective is tried with: 0, 1, p-1, p+1, a prime, about 10^6."""
-    return sorted({0, 1, max(p - 1, 0), p + 1, 13, LARGE})
+def sizes(p, algorithm=None, edge=1):
+    """Element counts every collective is tried with: 0, 1, p-1, p+1, a prime, about 10^6;
+    for a fused ``algorithm``, also the largest count whose payload of ``edge`` bytes per
+    element fits in collectives.exchange.FUSED_BYTES and the next (it falls back there)."""
+    edges = {FUSED_BYTES // edge, FUSED_BYTES // edge + 1} if str(algorithm).endswith("_fused") else set()
+    return sorted({0, 1, max(p - 1, 0), p + 1, 13, LARGE} | edges)
 
 
 def uneven(p):

@@ -1,0 +1,144 @@
+"""The checked exchange, and the fused collectives that are nothing but it.
+
+Every checked collective starts with one exchange on ``TAG`` of the Comm's private
+communicator (``collectives.agreement`` says what it compares and why that suffices).  A
+message is a header of int64 words, the fingerprint vector folded so far (MAX and -MIN of
+each field) and one word giving the payload's length, followed by that many payload bytes.
+Receives are posted with room for the header and ``FUSED_BYTES`` of payload, more than any
+rank ever sends, and the received length (MPI_Get_count) is checked against the header's
+word before a byte of payload is used.
+
+The exchange is recursive doubling over p ranks.  With p2 the largest power of two <= p
+and rem = p - p2, ranks below 2 rem pair up first: even rank 2i sends its message to
+2i + 1 and sits out; 2i + 1 takes part as rank i of the p2, the others (r >= 2 rem) as
+r - rem.  In round k a rank trades messages with the rank whose new number differs in bit
+k, folds the partner's header into its own (elementwise MAX) and, only if the partner's
+header equals its own, combines the payload.  Finally each 2i + 1 sends its whole state to
+2i.  Every rank then holds the fold of every rank's fingerprint.
+
+Fused collectives (payload <= FUSED_BYTES, the ``<collective>_fused`` rows of
+``registry.FUSED``, which ``auto`` takes under ``check``): the exchange carries the data and
+is the collective.  They work on a copy of the data and write the caller's buffers only when
+the fingerprints agree, so a mismatch leaves them untouched.  Cost for n payload bytes, with
+ceil(lg p) rounds (+2 for p not a power of two), alpha the latency, beta per byte, gamma per
+byte reduced, and h the header (8 (2 p + 14) bytes):
+
+* ``allreduce_fused`` (kind REDUCE): the payloads are reduced at each round with the op's C
+  kernel; any op, any dtype.  lg p alpha + lg p (n + h) beta + lg p n gamma.
+* ``reduce_fused``: the same; the root keeps the result.  ``reduce_scatter_fused``: the
+  same over all blocks; each rank keeps its block.
+* ``bcast_fused`` (kind BCAST): a rank sends the payload once it holds the root's data (its
+  length word says so).  ``scatter_fused``: the same with the root's whole send buffer;
+  each rank keeps its block (equal blocks only).  lg p alpha + lg p (n + h) beta.
+* ``allgather_fused`` (kind GATHER): each message carries the whole p-block buffer, into
+  which a receiver copies the blocks its partner's group holds; ``gather_fused``: the same,
+  the root keeps it (equal blocks only).  lg p alpha + lg p (n + h) beta, n the total.
+* ``barrier_fused`` (kind HEADER): the header alone; every rank's exit depends on every
+  rank's entry.  lg p alpha + lg p h beta.
+
+Above FUSED_BYTES the exchange runs header-only before the collective's schedule: one
+small round trip, cheap beside the payload.  ``exchange`` here is the pure-Python twin of
+``collectives._engine.exchange`` (COLLECTIVES_PUREPYTHON=1): the same messages, so ranks
+running either meet.
+"""
+import numpy as np
+from mpi4py import MPI
+
+# Payload kinds: what a message carries after its header and how a receiver combines it.
+HEADER, REDUCE, BCAST, GATHER = range(4)
+# The largest payload a fused collective carries (bytes): measured by bench.default_path,
+# and small enough that a message stays one eager send in MPICH's shared memory.
+FUSED_BYTES = 4096
+# The exchange's tag on the private communicator (the schedules use 100 + collective index).
+TAG = 99
+
+
+def partners(rank, p):
+    """The exchange's pattern for ``rank`` of ``p``: (fold, rounds) where ``fold`` is the
+    paired rank below 2 rem (None above) and ``rounds`` lists (partner, original ranks whose
+    blocks the partner holds) for each round; None for an even rank that sits out."""
+    p2 = 1 << (p.bit_length() - 1)
+    rem = p - p2
+
+    def ranks(lo, n):
+        return [r for m in range(lo, lo + n) for r in ((2 * m, 2 * m + 1) if m < rem else (m + rem,))]
+
+    if rank < 2 * rem:
+        if rank % 2 == 0:
+            return rank + 1, None
+        fold, new = rank - 1, rank // 2
+    else:
+        fold, new = None, rank - rem
+    rounds = []
+    mask = 1
+    while mask < p2:
+        other = new ^ mask
+        rounds.append((2 * other + 1 if other < rem else other + rem, ranks(other & ~(mask - 1), mask)))
+        mask <<= 1
+    return fold, rounds
+
+
+def exchange(comm, vec, kind=HEADER, data=None, block=0, dtype=0, op=0, has=True):
+    """Run the checked exchange on mpi4py ``comm``: ``vec`` (int64) becomes the fold of every
+    rank's; ``data`` (uint8, a fused collective's payload, ``has`` False where it holds
+    nothing yet) its result, valid where the folded fingerprint agrees."""
+    from .kernels import reduce_into
+
+    nh = vec.size + 1
+    mine = np.zeros(8 * nh + FUSED_BYTES, np.uint8)
+    theirs = np.empty_like(mine)
+    head = mine[:8 * nh].view(np.int64)
+    head[:-1] = vec
+    nbytes = 0 if data is None else data.size
+    body = mine[8 * nh:8 * nh + nbytes]
+    if kind != HEADER and has:
+        body[:] = data
+        head[-1] = nbytes
+    clash = False
+    status = MPI.Status()
+
+    def absorb(final, blocks):
+        nonlocal clash
+        got = status.Get_count(MPI.BYTE)
+        other = theirs[:8 * nh].view(np.int64)
+        size = other[-1] if got >= 8 * nh else -1
+        if got != 8 * nh + size:
+            clash = True  # not a message of the exchange: the sizes of ours always add up
+            return
+        if final:
+            mine[:got] = theirs[:got]
+            return
+        clash = clash or not np.array_equal(other[:-1], head[:-1])
+        np.maximum(head[:-1], other[:-1], out=head[:-1])
+        if clash or size != nbytes:
+            return  # a size differing from ours comes with a differing header (counts are in it)
+        payload = theirs[8 * nh:8 * nh + size]
+        if kind == REDUCE:
+            reduce_into(body, payload, dtype, op)
+        elif kind == BCAST and not head[-1]:
+            body[:] = payload
+            head[-1] = nbytes
+        elif kind == GATHER:
+            for r in blocks:
+                body[r * block:(r + 1) * block] = payload[r * block:(r + 1) * block]
+
+    def message():
+        return mine[:8 * nh + head[-1]]
+
+    fold, rounds = partners(comm.Get_rank(), comm.Get_size())
+    if rounds is None:
+        comm.Send(message(), fold, TAG)
+        comm.Recv(theirs, fold, TAG, status)
+        absorb(True, ())
+    else:
+        if fold is not None:
+            comm.Recv(theirs, fold, TAG, status)
+            absorb(False, (fold,))
+        for partner, blocks in rounds:
+            comm.Sendrecv(message(), partner, TAG, theirs, partner, TAG, status)
+            absorb(False, blocks)
+        if fold is not None:
+            comm.Send(message(), fold, TAG)
+    vec[:] = head[:-1]
+    if data is not None:
+        data[:] = body
