@@ -11,6 +11,11 @@ if sys.argv[:1] == ["-m"]:
     from ._runtime import defaults as _defaults
 
     _defaults()
+    from . import supervise as _supervise
+
+    if _supervise.requested(getattr(sys, "orig_argv", [])):
+        # ``python -m collectives.run``: a parent that names this rank if a signal kills it
+        _supervise.start()
 
 from . import p2p  # noqa: E402  (after the defaults: this starts MPI)
 from .abort import install as abort_on_error

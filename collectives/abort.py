@@ -18,6 +18,8 @@ import threading
 import time
 import traceback
 
+from .supervise import launcher_rank
+
 # The exit status a job aborted by an uncaught exception ends with (mpiexec passes it on).
 EXIT_STATUS = 1
 # Seconds between printing the report and aborting, so the launcher forwards the report.
@@ -31,7 +33,7 @@ def _rank():
 
     if MPI.Is_initialized() and not MPI.Is_finalized():
         return MPI.COMM_WORLD.Get_rank()
-    return os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "?"))
+    return launcher_rank()
 
 
 def abort(exc_type, exc, tb, thread=None):

@@ -79,7 +79,7 @@ class Comm:
         What a stall does (default: COLLECTIVES_TIMEOUT_MODE, else "raise").
     """
 
-    def __init__(self, comm=None, *, algorithms=None, check=None, timeout=None, on_timeout=None):
+    def __init__(self, comm=None, *, algorithms=None, check=None, timeout=None, on_timeout=None, _nodes=None):
         self.comm = MPI.COMM_WORLD if comm is None else comm
         if isinstance(self.comm, Comm):
             self.comm = self.comm.comm
@@ -105,7 +105,9 @@ class Comm:
         self._scratch = {}  # executor.buffer's reused buffers, by purpose
         self._progress = None  # the thread running nonblocking collectives, once one starts
         self._owned = False  # whether Free also frees ``comm`` (made by Dup, Split, ...)
-        self._nodes = None  # collectives.node.Nodes, built by the first node-aware all-reduce
+        # collectives.node.Nodes, built by the first node-aware all-reduce unless the caller knows
+        # them (node.FLAT for the sub-communicators node.Nodes makes, which span one level each)
+        self._nodes = _nodes
         # Set to the first failure's description when a schedule fails mid-way.
         self._broken = None
         # The fast path reads and sets _broken, _progress, check and last_algorithm here; it
@@ -117,7 +119,8 @@ class Comm:
                 self._fast.watch(self.timeout)
             # Finding the nodes takes MPI's own collectives (Split_type), which no watchdog can
             # give up on; the constructor is collective anyway, so the first all-reduce is not.
-            self._nodes = node.discover(self)
+            if self._nodes is None:
+                self._nodes = node.discover(self)
 
     _stalled = watchdog.stalled
 

@@ -77,9 +77,8 @@ class Nodes:
 def _flat(Comm, made, parent):
     """A Comm over ``made`` that owns it and never looks for nodes itself."""
     sub = Comm(made, algorithms={k: v for k, v in parent.algorithms.items() if k != "allreduce"},
-               check=parent.check, timeout=parent.timeout, on_timeout=parent.on_timeout)
+               check=parent.check, timeout=parent.timeout, on_timeout=parent.on_timeout, _nodes=FLAT)
     made.Free()
-    sub._nodes = FLAT
     return sub
 
 

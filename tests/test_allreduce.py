@@ -28,17 +28,20 @@ def test_allreduce_in_place(comm, mpi_comm, algorithm):
         assert_close(buf, want, np.float64, p, f"{algorithm} in place n={n}")
 
 
-def test_fused_up_to_its_bound(comm, mpi_comm, check):
-    """auto takes allreduce_fused under the check up to FUSED_BYTES and a schedule above; a
-    forced allreduce_fused falls back there, check or not."""
+@pytest.mark.parametrize("timeout", [0, 120], ids=["unwatched", "watched"])
+def test_fused_up_to_its_bound(mpi_comm, check, timeout):
+    """auto takes allreduce_fused under the check up to FUSED_BYTES and a schedule above, unless
+    the stall watchdog is on (it watches schedules, not the checked exchange); a forced
+    allreduce_fused falls back there, check or not."""
     from collectives.exchange import FUSED_BYTES
 
     n = FUSED_BYTES // 8
-    for count, forced in ((n, None), (n + 1, None), (n, "fused"), (n + 1, "fused")):
-        x = make_data(np.float64, "sum", count, comm.rank)
-        got, want = np.zeros(count), np.zeros(count)
-        comm.Allreduce(x, got, algorithm=forced)
-        mpi_comm.Allreduce(x, want)
-        assert_close(got, want, np.float64, comm.size, f"n={count} {forced}")
-        fused = count == n and (check or forced is not None)
-        assert (comm.last_algorithm == "allreduce_fused") == fused, (count, forced, comm.last_algorithm)
+    with collectives.Comm(mpi_comm, check=check, timeout=timeout) as comm:
+        for count, forced in ((n, None), (n + 1, None), (n, "fused"), (n + 1, "fused")):
+            x = make_data(np.float64, "sum", count, comm.rank)
+            got, want = np.zeros(count), np.zeros(count)
+            comm.Allreduce(x, got, algorithm=forced)
+            mpi_comm.Allreduce(x, want)
+            assert_close(got, want, np.float64, comm.size, f"n={count} {forced}")
+            fused = count == n and ((check and not timeout) or forced is not None)
+            assert (comm.last_algorithm == "allreduce_fused") == fused, (count, forced, comm.last_algorithm)

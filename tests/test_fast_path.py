@@ -82,6 +82,7 @@ def test_in_place_and_aliases(comm, mpi_comm):
 
 def test_every_collective_takes_the_fast_path(comm, mpi_comm):
     p, r, n = comm.size, comm.rank, 3
+    fused = comm.check and not comm.timeout
     x = data(comm, n)
     calls = {
         "bcast": (lambda c, out: c.Bcast([out[:n], MPI.FLOAT], root=p - 1), lambda: x.copy()),
@@ -103,11 +104,12 @@ def test_every_collective_takes_the_fast_path(comm, mpi_comm):
         assert ran_fast(comm, lambda: call(comm, got)), name
         call(mpi_comm, want)
         np.testing.assert_array_equal(got, want, err_msg=name)
-        # Small and checked: the checked exchange carries the data (collectives.exchange).
+        # Small and checked: the checked exchange carries the data (collectives.exchange),
+        # unless the stall watchdog is on (it watches schedules, not that exchange).
         collective = name.replace("_block", "")
-        assert (comm.last_algorithm == f"{collective}_fused") == comm.check, (name, comm.last_algorithm)
+        assert (comm.last_algorithm == f"{collective}_fused") == fused, (name, comm.last_algorithm)
     assert ran_fast(comm, comm.Barrier)
-    assert comm.last_algorithm == ("barrier_fused" if comm.check else "barrier_dissemination")
+    assert comm.last_algorithm == ("barrier_fused" if fused else "barrier_dissemination")
 
 
 @pytest.mark.parametrize("algorithm", collectives.names("allreduce"))

@@ -13,14 +13,14 @@ NODE_ALGORITHMS = ["allreduce_hierarchical", "allreduce_node_leader"]
 LAYOUTS = ["2x2", "2x3", "3x2", "3,1", "1,2,2"]
 
 
-def _node_comm(monkeypatch, spec):
+def _node_comm(monkeypatch, spec, timeout=None):
     size = MPI.COMM_WORLD.Get_size()
     try:
         layout(spec, size)
     except ValueError:
         pytest.skip(f"layout {spec} does not fit {size} ranks")
     monkeypatch.setenv("COLLECTIVES_NODE", spec)
-    return collectives.Comm(MPI.COMM_WORLD)
+    return collectives.Comm(MPI.COMM_WORLD, timeout=timeout)
 
 
 @pytest.mark.parametrize("spec", LAYOUTS)
@@ -33,11 +33,13 @@ def test_node_allreduce(monkeypatch, spec, algorithm, dtype):
                         algorithm=algorithm)
 
 
+@pytest.mark.parametrize("timeout", [0, 120], ids=["unwatched", "watched"])
 @pytest.mark.parametrize("spec", LAYOUTS)
 @pytest.mark.parametrize("algorithm", NODE_ALGORITHMS)
-def test_node_allreduce_in_place_and_choice(monkeypatch, spec, algorithm):
+def test_node_allreduce_in_place_and_choice(monkeypatch, spec, algorithm, timeout):
+    # watched, the constructor finds the nodes itself (the sub-communicators it makes must not)
     p, r = MPI.COMM_WORLD.size, MPI.COMM_WORLD.rank
-    with _node_comm(monkeypatch, spec) as comm:
+    with _node_comm(monkeypatch, spec, timeout) as comm:
         buf = make_data(np.float64, "sum", 1001, r)
         want = reference(np.float64, "sum", 1001, p)
         comm.Allreduce(MPI.IN_PLACE, buf, algorithm=algorithm)
