@@ -102,10 +102,11 @@ CASES = {
 
 # Cases that take options of MPICH's Hydra.
 HYDRA_ONLY = ("sigkill-no-cleanup",)
-# mpiexec's exit statuses where the case decides them: a SIGKILLed rank's job ends with the
-# survivors' SIGKILL (9, Hydra, mostly) or the supervisor's 137 (Hydra at times, Open MPI); under
-# -disable-auto-cleanup a survivor's StallError (or the MPI error of a transfer the death cut
-# short) aborts the job with abort-on-error's status.
+# mpiexec's exit statuses where the case decides them: a SIGKILLed rank's supervisor reports,
+# then dies of the same signal, and the job ends with SIGKILL's 9 (Hydra, which kills the other
+# ranks) or 137 (Open MPI); under -disable-auto-cleanup the others run on until a survivor's
+# StallError (or the MPI error of a transfer the death cut short) aborts the job with
+# abort-on-error's status.
 STATUS = {"sigkill": (9, 137), "sigkill-no-cleanup": (EXIT_STATUS,)}
 
 # What the job leaves to resume from, by case (the README's last column).

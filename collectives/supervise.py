@@ -13,12 +13,10 @@ sees nothing until the parent has printed, on stderr::
 
     collectives: rank 2 on node17 (pid 4242) was killed by signal 9 (SIGKILL); exit status 137
 
-then it exits with status 128 + the signal number, the shell's convention.  Hydra then ends
-the job as before (SIGKILL to the other ranks, exit status 9); under ``-disable-auto-cleanup``
-it now lets the others run on (an exit, unlike a death by signal, is left to the user), and
-with the stall watchdog on they raise StallError naming the dead rank (unless MPI reports the
-transfer the death cut short first).  An exit status the child returns, the parent returns
-too.  Signals a launcher or scheduler sends (to the process group: Hydra's and Slurm's SIGINT,
+then it dies of the same signal, so the launcher sees what it would have seen without it
+and ends the job as before (Hydra: SIGKILL to the other ranks, exit status 9).  Exiting
+instead, with status 128 + the signal number, left Hydra's cleanup to chance: at times the
+other ranks waited on forever.  An exit status the child returns, the parent returns too.  Signals a launcher or scheduler sends (to the process group: Hydra's and Slurm's SIGINT,
 SIGTERM, ...) reach the child directly; the parent ignores them.  The child is killed if the
 parent dies.
 """
@@ -67,7 +65,7 @@ def report(rank, pid, sig, host=None):
 
 def start():
     """Fork; return in the child, which runs the program.  The parent waits for the child and
-    never returns: it exits as the child did, printing ``report`` first if a signal killed it."""
+    never returns: it ends as the child did, printing ``report`` first if a signal killed it."""
     parent = os.getpid()
     child = os.fork()
     if child == 0:
@@ -80,7 +78,9 @@ def start():
         sig = os.WTERMSIG(status)
         sys.stderr.write(report(launcher_rank(), child, sig))
         sys.stderr.flush()
-        os._exit(128 + sig)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)  # a signal whose default action is not to terminate
     os._exit(os.waitstatus_to_exitcode(status))
 
 

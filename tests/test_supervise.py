@@ -17,7 +17,8 @@ from tests.launch import ROOT, clean_env, mpiexec, own_jobs
 PROGRAM = """
 import os, signal, sys, time
 from mpi4py import MPI
-print("rank", MPI.COMM_WORLD.rank, "pid", os.getpid(), "ppid", os.getppid(), flush=True)
+# one write, so the ranks' lines cannot interleave in the launcher's output
+os.write(1, ("rank %d pid %d ppid %d\\n" % (MPI.COMM_WORLD.rank, os.getpid(), os.getppid())).encode())
 {then}
 """
 BOUND_S = 60  # how long a job may take to end (a loaded CI machine included)
@@ -50,9 +51,12 @@ def pids(stdout):
 @own_jobs
 def test_a_rank_killed_by_a_signal_is_named():
     # rank 1 dies of SIGSEGV while rank 0 waits for it in a barrier
-    then = "if MPI.COMM_WORLD.rank == 1: os.kill(os.getpid(), signal.SIGSEGV)\nMPI.COMM_WORLD.Barrier()"
+    # (after a first barrier and a pause, so the launcher has passed on rank 1's first line)
+    then = ("MPI.COMM_WORLD.Barrier()\nif MPI.COMM_WORLD.rank == 1:\n    time.sleep(0.5)\n"
+            "    os.kill(os.getpid(), signal.SIGSEGV)\nMPI.COMM_WORLD.Barrier()")
     done = mpiexec(2, ["-m", "collectives.run", "-c", PROGRAM.format(then=then)], timeout=2 * BOUND_S)
     assert done.returncode != 0, done
+    assert 1 in pids(done.stdout), (done.stdout, done.stderr)
     pid = pids(done.stdout)[1][0]
     line = (f"collectives: rank 1 on {socket.gethostname()} (pid {pid}) was killed by signal "
             f"{int(signal.SIGSEGV)} (SIGSEGV); exit status {128 + signal.SIGSEGV}")
@@ -94,7 +98,8 @@ def finish(proc):
 def test_the_signal_report_names_the_program():
     proc, pid, ppid = start("os.kill(os.getpid(), signal.SIGSEGV)")
     status, _, err = finish(proc)
-    assert ppid != pid and status == 128 + signal.SIGSEGV, (status, err)
+    # the supervisor reports, then dies of the same signal
+    assert ppid != pid and status == -signal.SIGSEGV, (status, err)
     assert err == supervise.report(5, pid, signal.SIGSEGV), err
 
 
@@ -110,8 +115,11 @@ def test_a_signal_to_the_process_group_reaches_the_program_once():
     # as Hydra and Slurm send it: to the process group, supervisor and program alike
     then = f"""
 signal.signal(signal.SIGTERM, lambda *a: (print('SIGTERM', flush=True), os._exit(75)))
+print('ready', flush=True)
 time.sleep(2 * {BOUND_S})"""
     proc, pid, ppid = start(then)
+    # The signal goes only once the program's handler is in place.
+    assert proc.stdout.readline() == "ready\n"
     assert os.getpgid(pid) == os.getpgid(ppid)
     os.killpg(os.getpgid(ppid), signal.SIGTERM)
     status, out, err = finish(proc)
