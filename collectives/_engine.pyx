@@ -113,10 +113,17 @@ cdef int poll_all(int n, MPI_Request *reqs, double limit, double *waited,
     """MPI_Testall until done (its return code) or ``limit`` seconds pass (TIMED_OUT): spin,
     then yield the core, then sleep with a doubling pause, so a long stall costs no CPU."""
     cdef double start = monotonic(), pause = 1e-6
-    cdef int rc, flag = 0
+    cdef int rc, flag = 0, i
     cdef timespec ts
+    cdef MPI_Status local[16]
+    if statuses == MPI_STATUSES_IGNORE and n <= 16:
+        statuses = local  # to find the request's own error behind MPI_ERR_IN_STATUS
     while True:
         rc = MPI_Testall(n, reqs, &flag, statuses)
+        if rc == MPI_ERR_IN_STATUS and statuses != MPI_STATUSES_IGNORE:
+            for i in range(n):
+                if statuses[i].MPI_ERROR != MPI_SUCCESS and statuses[i].MPI_ERROR != MPI_ERR_PENDING:
+                    return statuses[i].MPI_ERROR
         if rc != MPI_SUCCESS or flag:
             return rc
         waited[0] = monotonic() - start

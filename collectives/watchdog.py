@@ -39,7 +39,7 @@ ALL_TO_ALL_MAX_RANKS = 16
 AGREE_TAG = 99
 # Polling: spin this many seconds, then yield the core, then (a stall, most likely) sleep
 # with a doubling pause, so that a long stall costs no CPU.
-SPIN_S = 1e-4
+SPIN_S = 2e-6
 YIELD_S = 0.1
 MAX_PAUSE_S = 1e-3
 # After expiry, how long cancelled requests get to complete before they are released.
