@@ -97,7 +97,7 @@ cdef double _spin_s = SPIN_S, _yield_s = YIELD_S, _max_pause_s = MAX_PAUSE_S, _g
 
 
 cdef struct Watch:
-    double limit   # seconds one wait may make no progress; 0: plain blocking MPI calls
+    double limit   # seconds one wait may make no progress (NEVER_S: unwatched)
     double waited  # on expiry: how long the wait had blocked
     int *peer      # per request: its peer's rank (the requests are run_steps' ``reqs``)
 
@@ -139,11 +139,9 @@ cdef int poll_all(int n, MPI_Request *reqs, double limit, double *waited,
 
 
 cdef int wait_requests(int n, MPI_Request *reqs, char *is_recv, Watch *w) noexcept nogil:
-    """Every wait of a schedule: MPI_Waitall, or, under the watchdog, polled; on expiry, each
-    request still pending gets bit 2 in ``is_recv`` (its peer is in ``w.peer``)."""
+    """Every wait of a schedule, polled up to ``w.limit``; on expiry, each request still
+    pending gets bit 2 in ``is_recv`` (its peer is in ``w.peer``)."""
     cdef int rc, i, flag
-    if w.limit <= 0:
-        return MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE)
     rc = poll_all(n, reqs, w.limit, &w.waited)
     if rc == TIMED_OUT:
         for i in range(n):
@@ -180,8 +178,7 @@ cdef int start_request(bint recv, char *at, int count, MPI_Datatype t, int peer,
         rc = MPI_Isend(at, count, t, peer, tag, comm, &reqs[nreq[0]])
     if rc == MPI_SUCCESS:
         is_recv[nreq[0]] = recv
-        if w.peer != NULL:
-            w.peer[nreq[0]] = peer
+        w.peer[nreq[0]] = peer
         nreq[0] += 1
     return rc
 
@@ -192,9 +189,9 @@ cdef int run_steps(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char 
                    int *nstarted) noexcept nogil:
     """Run the steps; on an error return, ``failed`` holds the step and no request is left open.
 
-    Under the watchdog (``w.limit`` > 0) a send or receive row runs as requests after the
-    pending ones, so that every wait is ``wait_requests``; on TIMED_OUT ``nstarted`` says how
-    many requests the marks in ``is_recv`` cover.
+    A send or receive row runs as requests after the pending ones, so that every wait is
+    ``wait_requests``; on TIMED_OUT ``nstarted`` says how many requests the marks in
+    ``is_recv`` cover.
     """
     cdef Py_ssize_t i
     cdef const int64_t *r
@@ -203,7 +200,7 @@ cdef int run_steps(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char 
         r = steps + i * NCOLS
         if r[0] != REDUCE and r[0] != COPY and (r[3] > INT_MAX or r[7] > INT_MAX):
             rc = MPI_ERR_COUNT  # never narrow a count to int: schedule.py splits such rows
-        elif r[0] == SENDRECV and w.limit > 0:
+        elif r[0] == SENDRECV:
             first = nreq
             if r[8] != NONE:
                 rc = start_request(True, buf[r[5]] + r[6] * size, <int>r[7], t, <int>r[8], tag,
@@ -215,16 +212,6 @@ cdef int run_steps(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char 
                 rc = wait_requests(nreq - first, reqs + first, is_recv + first, w)
                 if rc == MPI_SUCCESS:
                     nreq = first
-        elif r[0] == SENDRECV:
-            if r[4] == NONE:
-                rc = MPI_Recv(buf[r[5]] + r[6] * size, <int>r[7], t, <int>r[8], tag, comm,
-                              MPI_STATUS_IGNORE)
-            elif r[8] == NONE:
-                rc = MPI_Send(buf[r[1]] + r[2] * size, <int>r[3], t, <int>r[4], tag, comm)
-            else:
-                rc = MPI_Sendrecv(buf[r[1]] + r[2] * size, <int>r[3], t, <int>r[4], tag,
-                                  buf[r[5]] + r[6] * size, <int>r[7], t, <int>r[8], tag, comm,
-                                  MPI_STATUS_IGNORE)
         elif r[0] == REDUCE:
             rc = reduce_from(buf[r[1]] + r[2] * size,
                              buf[r[4] if r[4] != NONE else r[1]] + r[2] * size,
@@ -288,20 +275,17 @@ cdef int run_checked(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, cha
         limit = NEVER_S
     w.limit = limit
     w.waited = 0
-    w.peer = NULL
-    if limit > 0:
-        nreq += 2  # room for a send or receive row's own requests
+    nreq += 2  # room for a send or receive row's own requests
     element_type(size, &t)
-    nbytes = nreq * (sizeof(MPI_Request) + 1 + (sizeof(int) if limit > 0 else 0))
+    nbytes = nreq * (sizeof(MPI_Request) + 1 + sizeof(int))
     if nbytes > sizeof(local):
         reqs = <MPI_Request *>malloc(nbytes)
         if reqs == NULL:
             raise MemoryError()
-    elif nreq:
+    else:
         reqs = <MPI_Request *>local
-    if nreq and limit > 0:
-        w.peer = <int *>(reqs + nreq)
-    is_recv = <char *>(w.peer + nreq) if w.peer != NULL else <char *>(reqs + nreq)
+    w.peer = <int *>(reqs + nreq)
+    is_recv = <char *>(w.peer + nreq)
     try:
         with nogil:
             rc = run_steps(comm, steps, nsteps, buf, size, t, dtype, op, tag, reqs,
