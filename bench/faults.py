@@ -78,12 +78,12 @@ CASES = {
              r"bcast: arguments differ across ranks: root ranges 0\.\.1"),
     "skip": ("rank 2 skips the second all-reduce (and runs the third)",
              program("continue"), {"COLLECTIVES_TIMEOUT": str(TIMEOUT)},
-             r"allreduce \(argument check\), call 3 on this communicator: rank [01] has waited "
+             r"allreduce \(allreduce_fused\), call 3 on this communicator: rank [01] has waited "
              r"\d+\.\d s at step \d+ for rank\(s\) 2 \(receive from 2\)"),
     "skip-abort": ("the same, COLLECTIVES_TIMEOUT_MODE=abort",
                    program("continue"), {"COLLECTIVES_TIMEOUT": str(TIMEOUT),
                                          "COLLECTIVES_TIMEOUT_MODE": "abort"},
-                   r"collectives: allreduce \(argument check\), call 3 on this communicator: rank "
+                   r"collectives: allreduce \(allreduce_fused\), call 3 on this communicator: rank "
                    r"[01] has waited \d+\.\d s at step \d+ for rank\(s\) 2 .*aborting the job"),
     "other-collective": ("rank 2 calls Bcast where the others call Allreduce",
                          program("comm.Bcast(x); continue"), {},

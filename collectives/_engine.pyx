@@ -22,8 +22,7 @@ from mpi4py.libmpi cimport *
 from collectives._csrc cimport ck_reduce, ck_itemsize
 from collectives.exchange import FUSED_BYTES, TAG as EXCHANGE_TAG
 from collectives.registry import PLAN_OVERHEAD
-from collectives.watchdog import (GRACE_S, MAX_PAUSE_S, SPIN_S, YIELD_S, StallError,
-                                  agree_algorithm, call_number, AGREE_TAG)
+from collectives.watchdog import GRACE_S, MAX_PAUSE_S, SPIN_S, YIELD_S, StallError, call_number
 
 cdef extern from "<sched.h>" nogil:
     int sched_yield()
@@ -353,6 +352,12 @@ cdef struct Exchange:
     Py_ssize_t nh, cap, nbytes, block
     int kind, dtype, op, rem
     bint clash         # some partner's header differed from ours: payload no longer combined
+    double limit       # seconds a trade may make no progress (NEVER_S: unwatched)
+    double waited      # on expiry: how long the trade had blocked
+    int round          # the trade running, from 0 (a StallError's step)
+    int nlate          # on expiry: the requests still pending, their peers and kinds
+    int late[2]
+    char late_recv[2]
 
 
 cdef int x_absorb(Exchange *x, MPI_Status *st, bint final, Py_ssize_t lo, Py_ssize_t n) noexcept nogil:
@@ -394,26 +399,52 @@ cdef int x_absorb(Exchange *x, MPI_Status *st, bint final, Py_ssize_t lo, Py_ssi
     return 0
 
 
+cdef int x_poll(Exchange *x, int n, MPI_Request *reqs, const int *peers, const char *recv,
+                MPI_Status *sts) noexcept nogil:
+    """poll_all up to the exchange's limit; on expiry, note the requests still pending and
+    give them all up (so MPI writes into no buffer later)."""
+    cdef int rc = poll_all(n, reqs, x.limit, &x.waited, sts)
+    cdef int i, flag
+    if rc == TIMED_OUT:
+        x.nlate = 0
+        for i in range(n):
+            MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE)
+            if not flag:
+                x.late[x.nlate] = peers[i]
+                x.late_recv[x.nlate] = recv[i]
+                x.nlate += 1
+        give_up(reqs, n)
+    return rc
+
+
 cdef int x_trade(Exchange *x, int to, bint send_first, int source, MPI_Status *st) noexcept nogil:
     """Send our message to ``to`` and receive one from ``source`` into ``theirs`` (-1: none),
-    as requests polled to completion (sooner than MPICH's blocking calls for small messages);
-    ``send_first``: the send completes before the receive is posted."""
+    as requests polled to completion (sooner than MPICH's blocking calls for small messages)
+    or until the watchdog's limit (TIMED_OUT); ``send_first``: the send completes before the
+    receive is posted."""
     cdef MPI_Request reqs[2]
     cdef MPI_Status sts[2]
+    cdef int peers[2]
+    cdef char recv[2]
     cdef int rc = MPI_SUCCESS, n = 0
-    cdef double waited
+    x.round += 1
     if to >= 0:
         rc = MPI_Isend(x.mine, <int>(8 * x.nh + (<int64_t *>x.mine)[x.nh - 1]), MPI_BYTE, to, x.tag,
-                       x.comm, &reqs[n])
-        n += rc == MPI_SUCCESS
-        if rc == MPI_SUCCESS and send_first:
-            rc = poll_all(n, reqs, NEVER_S, &waited)
-            n = 0
+                       x.comm, &reqs[0])
+        if rc == MPI_SUCCESS:
+            peers[0], recv[0], n = to, False, 1
+            if send_first:
+                rc = x_poll(x, n, reqs, peers, recv, MPI_STATUSES_IGNORE)
+                n = 0
     if rc == MPI_SUCCESS and source >= 0:
         rc = MPI_Irecv(x.theirs, <int>x.cap, MPI_BYTE, source, x.tag, x.comm, &reqs[n])
-        n += rc == MPI_SUCCESS
+        if rc == MPI_SUCCESS:
+            peers[n], recv[n] = source, True
+            n += 1
+        elif n:
+            give_up(reqs, n)
     if rc == MPI_SUCCESS and n:
-        rc = poll_all(n, reqs, NEVER_S, &waited, sts)
+        rc = x_poll(x, n, reqs, peers, recv, sts)
         if rc == MPI_SUCCESS and source >= 0:
             st[0] = sts[n - 1]
     return rc
@@ -428,6 +459,7 @@ cdef int x_run(Exchange *x, int rank, int p) noexcept nogil:
         p2 *= 2
     x.rem = p - p2
     x.clash = False
+    x.round = -1
     if rank < 2 * x.rem and rank % 2 == 0:
         rc = x_trade(x, rank + 1, True, rank + 1, &st)
         if rc == MPI_SUCCESS:
@@ -452,28 +484,37 @@ cdef int x_run(Exchange *x, int rank, int p) noexcept nogil:
     return rc
 
 
-cdef int x_checked(Exchange *x, int rank, int p) except -1:
-    """x_run without the GIL; TypeError or MPI.Exception when it fails."""
-    cdef int rc
+cdef int x_checked(Exchange *x, int rank, int p, object collective, object algorithm=None) except -1:
+    """x_run without the GIL; TypeError, StallError (naming ``collective`` and ``algorithm``)
+    or MPI.Exception when it fails."""
+    cdef int rc, i
     with nogil:
         rc = x_run(x, rank, p)
     if rc == -1:
         raise TypeError(f"op code {x.op} is not defined on dtype code {x.dtype}")
+    if rc == TIMED_OUT:
+        if algorithm is not None:
+            collective = f"{collective} ({algorithm})"
+        raise StallError(collective, x.round, rank,
+                         [(x.late[i], "receive" if x.late_recv[i] else "send") for i in range(x.nlate)],
+                         x.waited)
     if rc != MPI_SUCCESS:
         raise pyMPI.Exception(rc)
     return 0
 
 
 def exchange(MPI.Comm comm, int64_t[::1] vec, int kind=X_HEADER, data=None, Py_ssize_t block=0,
-             int dtype=0, int op=0, bint has=True):
+             int dtype=0, int op=0, bint has=True, double timeout=0, collective="exchange"):
     """Run the checked exchange on ``comm``: ``vec`` becomes the fold of every rank's;
     ``data`` (writable bytes, a fused collective's payload, ``has`` False where it holds
-    nothing yet) its result, valid where the folded fingerprint agrees."""
+    nothing yet) its result, valid where the folded fingerprint agrees.  ``timeout`` > 0
+    seconds: StallError naming ``collective`` when a trade makes no progress for that long."""
     cdef Exchange x
     cdef Py_buffer view
     cdef bint held = False
     cdef int64_t *head
     x.comm, x.tag, x.kind, x.dtype, x.op, x.block = comm.ob_mpi, EXCHANGE_TAG, kind, dtype, op, block
+    x.limit = timeout if timeout > 0 else NEVER_S
     x.nh = vec.shape[0] + 1
     x.cap = 8 * x.nh + FUSED_BYTES
     x.nbytes = 0
@@ -493,7 +534,7 @@ def exchange(MPI.Comm comm, int64_t[::1] vec, int kind=X_HEADER, data=None, Py_s
         head[x.nh - 1] = x.nbytes if kind != X_HEADER and has else 0
         if head[x.nh - 1]:
             memcpy(x.mine + 8 * x.nh, view.buf, x.nbytes)
-        x_checked(&x, comm.Get_rank(), comm.Get_size())
+        x_checked(&x, comm.Get_rank(), comm.Get_size(), collective)
         memcpy(&vec[0], head, 8 * (x.nh - 1))
         if held:
             memcpy(view.buf, x.mine + 8 * x.nh, x.nbytes)
@@ -834,7 +875,6 @@ cdef class Fast:
     cdef list hot  # per collective: the plan of its latest call, found without the LRU
     cdef public Py_ssize_t calls
     cdef double limit        # the watchdog's seconds (0: off), set by ``watch``
-    cdef _Plan agree_plan    # the argument check's exchange under the watchdog
     cdef unsigned long queue_thread  # the thread running a queued nonblocking call, or 0
 
     def __init__(self, MPI.Comm comm, owner, make_plan, tags, names):
@@ -856,6 +896,7 @@ cdef class Fast:
         self.nvec = 5 + 2 * self.width
         self.x.comm, self.x.tag = comm.ob_mpi, EXCHANGE_TAG
         self.x.nh = self.nvec + 1
+        self.x.limit = NEVER_S
         self.x.cap = 8 * self.x.nh + FUSED_BYTES
         self.x.mine = <char *>malloc(2 * self.x.cap)
         self.x.theirs = self.x.mine + self.x.cap
@@ -871,18 +912,8 @@ cdef class Fast:
 
     def watch(self, double limit):
         """Watch every wait for ``limit`` seconds (collectives.watchdog); 0 turns it off."""
-        from collectives.registry import plan
         self.limit = limit
-        self.agree_plan = None
-        self.plans.clear()  # auto takes fused plans only without a limit (executor.fusable)
-        if limit > 0 and self.size > 1:
-            pl = _Plan()
-            pl.steps, pl.tmp_count, pl.nreq = plan(agree_algorithm(self.size), self.rank,
-                                                  self.size, self.nvec)
-            pl.nsteps = pl.steps.shape[0]
-            pl.rows = <const int64_t *>cnp.PyArray_DATA(pl.steps)
-            pl.name = "argument check"
-            self.agree_plan = pl
+        self.x.limit = limit if limit > 0 else NEVER_S
 
     def __len__(self):
         """Number of cached plans."""
@@ -979,15 +1010,15 @@ cdef class Fast:
             v[5 + w + i] = UNKNOWN if v[3 + i] == UNKNOWN else -v[3 + i]
         v[3 + w] = -coll
         v[4 + w] = -pl.algo
-        if self.agree_plan is not None and pl.fused < 0:
-            # Under the watchdog: its watched all-reduce, which names a rank that never comes.
-            self.launch(coll, self.agree_plan, <char *>v, NULL, _npy_code[<int>cnp.NPY_INT64], OP_MAX,
-                        AGREE_TAG)
-        else:
-            self.x.kind = X_HEADER if pl.fused < 0 else pl.fused
-            self.x.nbytes, self.x.block, self.x.dtype, self.x.op = nbytes, block, dtype, op
-            v[self.nvec] = nbytes if self.x.kind != X_HEADER and has else 0
-            x_checked(&self.x, self.rank, self.size)
+        self.x.kind = X_HEADER if pl.fused < 0 else pl.fused
+        self.x.nbytes, self.x.block, self.x.dtype, self.x.op = nbytes, block, dtype, op
+        v[self.nvec] = nbytes if self.x.kind != X_HEADER and has else 0
+        try:
+            x_checked(&self.x, self.rank, self.size, self.names[coll],
+                      pl.name if pl.fused >= 0 else "argument check")
+        except StallError as exc:
+            self.owner._stalled(exc, call_number(self.owner, True))
+            raise
         name = self.names[coll]
         if v[0]:
             raise ValueError(f"{name}: invalid arguments on another rank (it raised the details)")

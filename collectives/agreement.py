@@ -40,9 +40,9 @@ forced fused algorithm still runs it: it is that algorithm).  The exchange check
 arguments that every rank must share, not the data: it cannot tell a wrong buffer of the
 right size.  The nonblocking forms run the same jobs, so they use the same exchange.
 
-Under the stall watchdog (``comm.timeout``) the vector goes instead through the watchdog's
-watched all-reduce (``watchdog.agree_max``), so a rank that never arrives is named, and
-``auto`` takes no fused form; every rank of a communicator must then set the same limit.
+Under the stall watchdog (``comm.timeout``; every rank of a communicator sets the same limit)
+each trade of the exchange is watched like a schedule's step: a rank that never arrives is
+named by the ranks that trade with it, and each other rank names the partner it waits for.
 
 A rank with bad arguments.  Its own ValueError or TypeError is kept; it still takes part in
 the agreement with the error flag set (the ``agreed`` decorator), so the others learn that
@@ -55,7 +55,7 @@ import numpy as np
 
 from . import exchange, kernels
 from .registry import ALGORITHMS, choices
-from .watchdog import agree_max
+from .watchdog import StallError, call_number, stalled
 
 try:
     from ._engine import exchange as _native_exchange
@@ -87,10 +87,13 @@ def agree(comm, collective, algo, error=False, payload=None, **fields):
     hi = head + [-unknown if v is None else int(v) for v in values]
     lo = head[1:] + [unknown if v is None else int(v) for v in values]
     both = np.array(hi + [-v for v in lo], dtype=np.int64)
-    if comm.timeout and payload is None:
-        agree_max(comm, both, collective)
-    else:
-        _exchange(comm._coll, both, *(payload or ()))
+    kind, *rest = payload or (exchange.HEADER,)
+    what = f"{collective} ({algo.name if payload else 'argument check'})"
+    try:
+        _exchange(comm._coll, both, kind, *rest, timeout=comm.timeout, collective=what)
+    except StallError as exc:
+        stalled(comm, exc, call_number(comm, False))
+        raise
     hi, lo = both[1:len(hi)], -both[len(hi):]
     if both[0]:
         if error:

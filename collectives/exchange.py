@@ -41,6 +41,8 @@ small round trip, cheap beside the payload.  ``exchange`` here is the pure-Pytho
 ``collectives._engine.exchange`` (COLLECTIVES_PUREPYTHON=1): the same messages, so ranks
 running either meet.
 """
+import math
+
 import numpy as np
 from mpi4py import MPI
 
@@ -78,11 +80,14 @@ def partners(rank, p):
     return fold, rounds
 
 
-def exchange(comm, vec, kind=HEADER, data=None, block=0, dtype=0, op=0, has=True):
+def exchange(comm, vec, kind=HEADER, data=None, block=0, dtype=0, op=0, has=True, timeout=0,
+             collective="exchange"):
     """Run the checked exchange on mpi4py ``comm``: ``vec`` (int64) becomes the fold of every
     rank's; ``data`` (uint8, a fused collective's payload, ``has`` False where it holds
-    nothing yet) its result, valid where the folded fingerprint agrees."""
+    nothing yet) its result, valid where the folded fingerprint agrees.  ``timeout`` > 0
+    seconds: StallError naming ``collective`` when a trade makes no progress for that long."""
     from .kernels import reduce_into
+    from .watchdog import watched
 
     nh = vec.size + 1
     mine = np.zeros(8 * nh + FUSED_BYTES, np.uint8)
@@ -95,9 +100,35 @@ def exchange(comm, vec, kind=HEADER, data=None, block=0, dtype=0, op=0, has=True
         body[:] = data
         head[-1] = nbytes
     clash = False
-    status = MPI.Status()
+    rank = comm.Get_rank()
+    limit = timeout if timeout > 0 else math.inf
+    step = -1
 
-    def absorb(final, blocks):
+    def wait(requests, peers, statuses):
+        watched(requests, limit, peers, collective, step, rank,
+                test=lambda: MPI.Request.Testall(requests, statuses))
+
+    def trade(to, source, send_first=False):
+        """As the C side's x_trade: our message to ``to``, one from ``source`` (None: none);
+        the received message's status."""
+        nonlocal step
+        step += 1
+        requests, peers, statuses = [], [], []
+        if to is not None:
+            requests.append(comm.Isend(mine[:8 * nh + head[-1]], to, TAG))
+            peers.append((to, "send"))
+            statuses.append(MPI.Status())
+            if send_first:
+                wait(requests, peers, statuses)
+                requests, peers, statuses = [], [], []
+        if source is not None:
+            requests.append(comm.Irecv(theirs, source, TAG))
+            peers.append((source, "receive"))
+            statuses.append(MPI.Status())
+        wait(requests, peers, statuses)
+        return statuses[-1] if source is not None else None
+
+    def absorb(status, final, blocks):
         nonlocal clash
         got = status.Get_count(MPI.BYTE)
         other = theirs[:8 * nh].view(np.int64)
@@ -122,23 +153,16 @@ def exchange(comm, vec, kind=HEADER, data=None, block=0, dtype=0, op=0, has=True
             for r in blocks:
                 body[r * block:(r + 1) * block] = payload[r * block:(r + 1) * block]
 
-    def message():
-        return mine[:8 * nh + head[-1]]
-
-    fold, rounds = partners(comm.Get_rank(), comm.Get_size())
+    fold, rounds = partners(rank, comm.Get_size())
     if rounds is None:
-        comm.Send(message(), fold, TAG)
-        comm.Recv(theirs, fold, TAG, status)
-        absorb(True, ())
+        absorb(trade(fold, fold, send_first=True), True, ())
     else:
         if fold is not None:
-            comm.Recv(theirs, fold, TAG, status)
-            absorb(False, (fold,))
+            absorb(trade(None, fold), False, (fold,))
         for partner, blocks in rounds:
-            comm.Sendrecv(message(), partner, TAG, theirs, partner, TAG, status)
-            absorb(False, blocks)
+            absorb(trade(partner, partner), False, blocks)
         if fold is not None:
-            comm.Send(message(), fold, TAG)
+            trade(fold, None)
     vec[:] = head[:-1]
     if data is not None:
         data[:] = body

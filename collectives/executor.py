@@ -46,17 +46,10 @@ def as_bytes(arr):
     return arr.view(np.uint8) if arr.size else np.empty(0, np.uint8)
 
 
-def fusable(comm):
-    """Whether ``auto`` may take a fused collective on ``comm``: the check is on (the fused
-    form is the check) and no stall limit is set (the watchdog watches the schedules and its
-    own agreement, not the checked exchange)."""
-    return comm.check and not comm.timeout
-
-
 def choose(comm, collective, algorithm, count, nbytes, uniform=True):
     """The Algorithm for this call: per call, then per Comm, then environment, then ``auto``."""
     algo, reason = decide_for(collective, algorithm, comm.algorithms.get(collective), comm.size, count,
-                              nbytes, uniform, checked=fusable(comm))
+                              nbytes, uniform, checked=comm.check)
     comm.last_algorithm = algo.name
     if EXPLAIN:
         explain_line(comm, collective, f"{nbytes} B -> {algo.name}: {reason}")
@@ -76,7 +69,7 @@ def explain(comm, collective, count=0, dtype="float32", algorithm=None):
         raise ValueError(f"unknown collective {collective!r}; one of {', '.join(ALGORITHMS)}")
     nbytes = count * np.dtype(dtype).itemsize
     algo, reason = decide_for(collective, algorithm, comm.algorithms.get(collective), comm.size,
-                              nbytes if collective == "bcast" else count, nbytes, checked=fusable(comm))
+                              nbytes if collective == "bcast" else count, nbytes, checked=comm.check)
     return f"{algo.name}: {reason}"
 
 

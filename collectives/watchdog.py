@@ -16,9 +16,9 @@ outstanding requests are cancelled (or, for a send the MPI cannot cancel, releas
 The message names the collective and algorithm, its call number on this communicator
 (collectives run in the same order on every rank, so the call numbers line up), the step
 and the ranks this rank is still waiting for, read from that step's outstanding requests.
-With the argument check on, the check is an exchange of our own when the watchdog is set
-(``AGREE_ALGORITHM``): every rank hears directly from every other one, so a rank that
-skipped the collective is named by all the others.
+With the argument check on, the checked exchange (``collectives.exchange``; for small calls
+it is the collective itself) is watched trade by trade: the ranks that trade with a rank that
+skipped the collective name it, and each other rank names the partner it is waiting for.
 
 Not watched: calls delegated to MPI's own collective (long double, user-defined ops, ...):
 MPI gives no way to give up on a blocking collective; their argument check is watched.
@@ -27,16 +27,9 @@ import os
 import sys
 import time
 
-import numpy as np
-
 # Exit status of a job the watchdog aborts (as GNU timeout's), distinct from abort-on-error's 1.
 EXIT_STATUS = 124
 MODES = ("raise", "abort")
-# The argument check under the watchdog: one round in which every rank hears from every other
-# one (exact attribution of a missing rank); beyond this many ranks, recursive doubling.
-ALL_TO_ALL_MAX_RANKS = 16
-# Tag of that exchange on the private communicator (collectives use 100 and up, p2p 50-52).
-AGREE_TAG = 99
 # Polling: spin this many seconds, then yield the core, then (a stall, most likely) sleep
 # with a doubling pause, so that a long stall costs no CPU.
 SPIN_S = 2e-6
@@ -155,21 +148,5 @@ def watched(requests, limit, peers, what, step, rank, test=None):
     raise StallError(what, step, rank, late, waited)
 
 
-def agree_algorithm(size):
-    """The all-reduce the argument check runs under the watchdog (see ALL_TO_ALL_MAX_RANKS)."""
-    return "allreduce_all_to_all" if size <= ALL_TO_ALL_MAX_RANKS else "allreduce_recursive_doubling"
-
-
-def agree_max(comm, vec, collective):
-    """``vec`` (int64) becomes its element-wise MAX over the ranks of ``comm``, watched: the
-    argument check of ``collective`` when ``comm.timeout`` is set."""
-    from .executor import execute_steps
-    from .ops import OP_CODE, dtype_code
-    from .registry import plan
-
-    steps, tmp_count, nreq = plan(agree_algorithm(comm.size), comm.rank, comm.size, vec.size)
-    execute_steps(comm, steps, tmp_count, nreq, vec, None, dtype_code(np.int64), OP_CODE["max"],
-                  AGREE_TAG, f"{collective} (argument check)")
-
-__all__ = ["EXIT_STATUS", "StallError", "agree_algorithm", "agree_max", "call_number", "poll",
+__all__ = ["EXIT_STATUS", "StallError", "call_number", "poll",
            "settings", "stalled", "watched"]

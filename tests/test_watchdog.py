@@ -149,3 +149,32 @@ def test_unanswered_receive_primitive_raises(mpi_comm):
     with pytest.raises(StallError, match=rf"serve to any rank: rank {r} has waited"):
         c.Serve(np.zeros(3))
     c.Free()
+
+
+@pytest.mark.parametrize("path", ["fast", "job", "purepython"])
+def test_stall_in_the_checked_exchange_names_the_partner(mpi_comm, monkeypatch, path):
+    """A small checked call is the fused exchange, watched trade by trade: rank 1 alone calls
+    it, waits for rank 0's message (with p not a power of two it receives before it sends, so
+    no message is left in flight) and raises StallError naming rank 0; the Comm is unusable."""
+    p = mpi_comm.Get_size()
+    if p & (p - 1) == 0:
+        pytest.skip("rank 1 receives first only when the rank count is not a power of two")
+    from collectives import agreement, exchange
+
+    c = collectives.Comm(mpi_comm, check=True, timeout=LIMIT)
+    if path != "fast":
+        c._fast = None
+    if path == "purepython":
+        monkeypatch.setattr(agreement, "_exchange", exchange.exchange)
+    x = np.ones(2, np.float32)
+    if c.rank == 1:
+        with pytest.raises(StallError) as info:
+            c.Allreduce(x, np.zeros(2, np.float32))
+        err = info.value
+        assert (err.collective, err.call, err.step, err.rank, err.peers) == (
+            "allreduce (allreduce_fused)", 1, 0, 1, [(0, "receive")])
+        assert LIMIT <= err.waited < 60
+        with pytest.raises(RuntimeError, match=r"unusable: allreduce \(allreduce_fused\), call 1"):
+            c.Bcast(x)
+    mpi_comm.Barrier()
+    c.Free()
