@@ -4,10 +4,12 @@
     collectives-bench tune --np 2:4 -m 8:1M -o my.json
     COLLECTIVES_TUNING=my.json mpiexec -n 4 python prog.py
 
-One launch per rank count (``bench.launches.launch``, without mpiexec around this command)
-runs the benchmark sweep of every tuned collective with all algorithms forced by name,
-interleaved in that launch.  Per collective, rank count and size the winner is the lowest
-p50 (or min, ``--stat min``); a size keeps the previous size's winner while that one is within
+One launch per rank count (``bench.launches.launch``, without mpiexec around this command;
+``--launches N``: N of them) runs the benchmark sweep of every tuned collective with all
+algorithms forced by name, interleaved in that launch.  Per collective, rank count and size
+the winner is the lowest p50 (or min, ``--stat min``), over several launches the lowest
+median p50 (least min): the choice a single launch's noise would flip is taken on the
+typical launch instead.  A size keeps the previous size's winner while that one is within
 ``--tolerance`` of the best (noise should not split a range).  Equal winners over consecutive
 sizes become one bytes range (up to and including the last size it won), and consecutive rank
 counts with the same ranges one ranks range.  The largest measured size extends to unbounded,
@@ -53,6 +55,9 @@ def parser():
                     help="size range (default 8:64M)")
     ap.add_argument("-f", "--stepfactor", type=int, default=2, help="ratio of consecutive sizes (default 2)")
     ap.add_argument("--budget", type=float, default=1.0, help="seconds of timed calls per size (default 1)")
+    ap.add_argument("--launches", type=int, default=1,
+                    help="launches per rank count; a cell's time is its median p50 (and least min) over "
+                         "them (default 1)")
     ap.add_argument("--tolerance", type=float, default=0.03,
                     help="keep the previous size's winner within this fraction of the best (default 0.03)")
     ap.add_argument("--stat", choices=["p50", "min"], default="p50",
@@ -69,6 +74,21 @@ def parser():
                          "'' for none)")
     ap.add_argument("--note", default="", help="text for the table's metadata (e.g. the machine's load)")
     return ap
+
+
+def merge(launches):
+    """One sweep's results from several launches of it: each row's p50 is the median of its
+    p50s, its min the least of its mins (None if any launch has none: a failed cell)."""
+    import statistics
+
+    out = json.loads(json.dumps(launches[0]))
+    for i, result in enumerate(out):
+        for j, row in enumerate(result["rows"]):
+            same = [launch[i]["rows"][j] for launch in launches]
+            for stat, pick in (("p50(us)", statistics.median), ("min(us)", min)):
+                values = [r.get(stat) for r in same]
+                row[stat] = None if None in values else pick(values)
+    return out
 
 
 def winners(rows, tolerance, stat="p50"):
@@ -171,10 +191,15 @@ def main(argv=None):
             with open(path) as f:
                 results = json.load(f)["results"]
         else:
-            print(f"[collectives-bench tune] np={np_}: {' '.join(sweep)}", file=sys.stderr, flush=True)
-            results, error = launch(np_, sweep)
-            if error:
-                raise SystemExit(f"collectives-bench tune: the launch at np={np_} failed: {error}")
+            launches = []
+            for k in range(args.launches):
+                print(f"[collectives-bench tune] np={np_} launch {k + 1}/{args.launches}: {' '.join(sweep)}",
+                      file=sys.stderr, flush=True)
+                results, error = launch(np_, sweep)
+                if error:
+                    raise SystemExit(f"collectives-bench tune: the launch at np={np_} failed: {error}")
+                launches.append(results)
+            results = merge(launches)
             if args.raw:
                 write_json(f"tune_np{np_}.json", {"results": results}, args.raw)
         sweeps[np_] = results
@@ -182,7 +207,7 @@ def main(argv=None):
             "command": "collectives-bench tune " + " ".join(argv if argv is not None else sys.argv[1:]),
             "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "ranks_measured": sorted(sweeps), "bytes": [lo or 8, hi], "stepfactor": factor, "budget_s": budget,
-            "tolerance": args.tolerance, "statistic": args.stat, "base": args.base, "cores": cores,
+            "launches": args.launches, "tolerance": args.tolerance, "statistic": args.stat, "base": args.base, "cores": cores,
             "oversubscribed_above_ranks": cores, "note": args.note,
             "environment": next(iter(sweeps.values()))[0].get("env"),
         }

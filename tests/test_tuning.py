@@ -228,3 +228,15 @@ def test_repeat_mode_reports_auto_against_the_best_named_algorithm():
 
     # Per launch best / auto: 1.9 / 2.0, 2.0 / 2.0 (auto ran the best), 1.0 / 2.0.
     assert auto_vs_best([launch(2.0, 1.9), launch(2.0, 2.0), launch(2.0, 1.0)]) == {(8, "out"): (0.95, 0.5, 1.0)}
+
+
+def test_tune_merges_launches_by_median_p50_and_least_min():
+    def launch(p50s, mins):
+        return [{"collective": "allreduce", "rows": [
+            {"size": 8, "place": "out", "algorithm": a, "p50(us)": p, "min(us)": m}
+            for a, p, m in zip(("allreduce_ring", "allreduce_binomial"), p50s, mins)]}]
+    merged = tune.merge([launch((1.0, 5.0), (0.5, 4.0)), launch((9.0, 2.0), (0.7, 1.0)),
+                         launch((2.0, None), (0.6, None))])
+    rows = merged[0]["rows"]
+    assert [(r["p50(us)"], r["min(us)"]) for r in rows] == [(2.0, 0.5), (None, None)]
+    assert tune.winners(rows, 0.03) == [(8, "allreduce_ring")]
