@@ -37,7 +37,11 @@ byte reduced, and h the header (8 (2 p + 14) bytes):
   rank's entry.  lg p alpha + lg p h beta.
 
 Above FUSED_BYTES the exchange runs header-only before the collective's schedule: one
-small round trip, cheap beside the payload.  ``exchange`` here is the pure-Python twin of
+small round trip, cheap beside the payload.
+
+Each trade (a send and a receive, posted together and polled) is watched like a schedule's
+step under the stall watchdog (``collectives.watchdog``): a trade that makes no progress for
+the limit gives up its requests and raises StallError naming the round and the partner.  ``exchange`` here is the pure-Python twin of
 ``collectives._engine.exchange`` (COLLECTIVES_PUREPYTHON=1): the same messages, so ranks
 running either meet.
 """
