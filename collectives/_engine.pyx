@@ -498,11 +498,13 @@ cdef int x_checked(Exchange *x, int rank, int p, object collective, object algor
 
 
 def exchange(MPI.Comm comm, int64_t[::1] vec, int kind=X_HEADER, data=None, Py_ssize_t block=0,
-             int dtype=0, int op=0, bint has=True, double timeout=0, collective="exchange"):
+             int dtype=0, int op=0, bint has=True, double timeout=0, collective="exchange",
+             algorithm=None):
     """Run the checked exchange on ``comm``: ``vec`` becomes the fold of every rank's;
     ``data`` (writable bytes, a fused collective's payload, ``has`` False where it holds
     nothing yet) its result, valid where the folded fingerprint agrees.  ``timeout`` > 0
-    seconds: StallError naming ``collective`` when a trade makes no progress for that long."""
+    seconds: StallError naming ``collective`` (and ``algorithm``) when a trade makes no
+    progress for that long."""
     cdef Exchange x
     cdef Py_buffer view
     cdef bint held = False
@@ -528,7 +530,7 @@ def exchange(MPI.Comm comm, int64_t[::1] vec, int kind=X_HEADER, data=None, Py_s
         head[x.nh - 1] = x.nbytes if kind != X_HEADER and has else 0
         if head[x.nh - 1]:
             memcpy(x.mine + 8 * x.nh, view.buf, x.nbytes)
-        x_checked(&x, comm.Get_rank(), comm.Get_size(), collective)
+        x_checked(&x, comm.Get_rank(), comm.Get_size(), collective, algorithm)
         memcpy(&vec[0], head, 8 * (x.nh - 1))
         if held:
             memcpy(view.buf, x.mine + 8 * x.nh, x.nbytes)
