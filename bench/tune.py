@@ -76,15 +76,30 @@ def parser():
     return ap
 
 
+def cell(result, row):
+    """What identifies a result row across launches: the result's collective, dtype, op and
+    root, and the row's size, place and algorithm."""
+    return (result["collective"], result.get("dtype"), result.get("op"), result.get("root"),
+            row["size"], row["place"], row["algorithm"])
+
+
 def merge(launches):
-    """One sweep's results from several launches of it: each row's p50 is the median of its
-    p50s, its min the least of its mins (None if any launch has none: a failed cell)."""
+    """One sweep's results from several launches of it, rows matched by ``cell``: each row's
+    p50 is the median of its p50s, its min the least of its mins (None if any launch has none:
+    a failed cell).  ValueError when a launch lacks a row of the first."""
     import statistics
 
     out = json.loads(json.dumps(launches[0]))
-    for i, result in enumerate(out):
-        for j, row in enumerate(result["rows"]):
-            same = [launch[i]["rows"][j] for launch in launches]
+    rows = [{cell(result, row): row for result in launch for row in result["rows"]} for launch in launches]
+    for result in out:
+        for row in result["rows"]:
+            key = cell(result, row)
+            missing = [k + 1 for k, launch in enumerate(rows) if key not in launch]
+            if missing:
+                raise ValueError(f"launch {missing[0]} of {len(launches)} has no row for {key[0]} "
+                                 f"size {row['size']} place {row['place']} {row['algorithm']} "
+                                 "(launch 1 has): the launches measured different sweeps")
+            same = [launch[key] for launch in rows]
             for stat, pick in (("p50(us)", statistics.median), ("min(us)", min)):
                 values = [r.get(stat) for r in same]
                 row[stat] = None if None in values else pick(values)
@@ -199,7 +214,10 @@ def main(argv=None):
                 if error:
                     raise SystemExit(f"collectives-bench tune: the launch at np={np_} failed: {error}")
                 launches.append(results)
-            results = merge(launches)
+            try:
+                results = merge(launches)
+            except ValueError as exc:
+                raise SystemExit(f"collectives-bench tune: np={np_}: {exc}") from None
             if args.raw:
                 write_json(f"tune_np{np_}.json", {"results": results}, args.raw)
         sweeps[np_] = results

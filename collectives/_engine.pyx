@@ -137,11 +137,12 @@ cdef int poll_all(int n, MPI_Request *reqs, double limit, double *waited,
             sched_yield()
 
 
-cdef int wait_requests(int n, MPI_Request *reqs, char *is_recv, Watch *w) noexcept nogil:
-    """Every wait of a schedule, polled up to ``w.limit``; on expiry, each request still
-    pending gets bit 2 in ``is_recv`` (its peer is in ``w.peer``)."""
+cdef int wait_requests(int n, MPI_Request *reqs, char *is_recv, Watch *w,
+                       MPI_Status *statuses=MPI_STATUSES_IGNORE) noexcept nogil:
+    """Every wait of a schedule or the exchange, polled up to ``w.limit``; on expiry, each
+    request still pending gets bit 2 in ``is_recv`` (its peer is in ``w.peer``)."""
     cdef int rc, i, flag
-    rc = poll_all(n, reqs, w.limit, &w.waited)
+    rc = poll_all(n, reqs, w.limit, &w.waited, statuses)
     if rc == TIMED_OUT:
         for i in range(n):
             flag = 1
@@ -239,6 +240,20 @@ cdef int run_steps(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char 
     return MPI_SUCCESS
 
 
+cdef object label(object collective, object algorithm):
+    """How an error names the collective: with its algorithm when given."""
+    return collective if algorithm is None else f"{collective} ({algorithm})"
+
+
+cdef object stall_error(object collective, object algorithm, Py_ssize_t step, int rank,
+                        const Watch *w, const char *is_recv, int n):
+    """The StallError of an expired wait: the peers and directions of the first ``n``
+    requests that ``wait_requests`` marked late."""
+    return StallError(label(collective, algorithm), step, rank,
+                      [(w.peer[i], "receive" if is_recv[i] & 1 else "send")
+                       for i in range(n) if is_recv[i] & 2], w.waited)
+
+
 class ScheduleError(pyMPI.Exception):
     """A step of a schedule failed; every request it had started was finished or cancelled."""
 
@@ -264,7 +279,7 @@ cdef int run_checked(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, cha
     cdef size_t nbytes
     cdef MPI_Datatype t
     cdef Py_ssize_t failed = -1
-    cdef int rc, rank = 0, nstarted = 0, i
+    cdef int rc, rank = 0, nstarted = 0
     cdef Watch w
     cdef char *is_recv
     # Unwatched, the waits poll too, with a limit never reached: MPI_Testall in a loop answers
@@ -293,13 +308,9 @@ cdef int run_checked(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, cha
             raise TypeError(f"op code {op} is not defined on dtype code {dtype}")
         if rc != MPI_SUCCESS:
             MPI_Comm_rank(comm, &rank)
-            if algorithm is not None:
-                collective = f"{collective} ({algorithm})"
             if rc == TIMED_OUT:
-                raise StallError(collective, failed, rank,
-                                 [(w.peer[i], "receive" if is_recv[i] & 1 else "send")
-                                  for i in range(nstarted) if is_recv[i] & 2], w.waited)
-            raise ScheduleError(rc, collective, failed, rank)
+                raise stall_error(collective, algorithm, failed, rank, &w, is_recv, nstarted)
+            raise ScheduleError(rc, label(collective, algorithm), failed, rank)
     finally:
         if reqs != <MPI_Request *>local:
             free(reqs)
@@ -352,12 +363,11 @@ cdef struct Exchange:
     Py_ssize_t nh, cap, nbytes, block
     int kind, dtype, op, rem
     bint clash         # some partner's header differed from ours: payload no longer combined
-    double limit       # seconds a trade may make no progress (NEVER_S: unwatched)
-    double waited      # on expiry: how long the trade had blocked
+    Watch w            # each trade's wait (w.peer is ``peer``)
     int round          # the trade running, from 0 (a StallError's step)
-    int nlate          # on expiry: the requests still pending, their peers and kinds
-    int late[2]
-    char late_recv[2]
+    int nreq           # the trade's requests; per request, as start_request and
+    int peer[2]        # wait_requests keep them: its peer, and its kind and late mark
+    char is_recv[2]
 
 
 cdef int x_absorb(Exchange *x, MPI_Status *st, bint final, Py_ssize_t lo, Py_ssize_t n) noexcept nogil:
@@ -399,21 +409,12 @@ cdef int x_absorb(Exchange *x, MPI_Status *st, bint final, Py_ssize_t lo, Py_ssi
     return 0
 
 
-cdef int x_poll(Exchange *x, int n, MPI_Request *reqs, const int *peers, const char *recv,
-                MPI_Status *sts) noexcept nogil:
-    """poll_all up to the exchange's limit; on expiry, note the requests still pending and
-    give them all up (so MPI writes into no buffer later)."""
-    cdef int rc = poll_all(n, reqs, x.limit, &x.waited, sts)
-    cdef int i, flag
+cdef int x_wait(Exchange *x, MPI_Request *reqs, MPI_Status *sts) noexcept nogil:
+    """wait_requests over the trade's requests; on expiry, give them all up (so MPI writes
+    into no buffer later)."""
+    cdef int rc = wait_requests(x.nreq, reqs, x.is_recv, &x.w, sts)
     if rc == TIMED_OUT:
-        x.nlate = 0
-        for i in range(n):
-            MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE)
-            if not flag:
-                x.late[x.nlate] = peers[i]
-                x.late_recv[x.nlate] = recv[i]
-                x.nlate += 1
-        give_up(reqs, n)
+        give_up(reqs, x.nreq)
     return rc
 
 
@@ -424,29 +425,25 @@ cdef int x_trade(Exchange *x, int to, bint send_first, int source, MPI_Status *s
     receive is posted."""
     cdef MPI_Request reqs[2]
     cdef MPI_Status sts[2]
-    cdef int peers[2]
-    cdef char recv[2]
-    cdef int rc = MPI_SUCCESS, n = 0
+    cdef int rc = MPI_SUCCESS
     x.round += 1
+    x.nreq = 0
     if to >= 0:
-        rc = MPI_Isend(x.mine, <int>(8 * x.nh + (<int64_t *>x.mine)[x.nh - 1]), MPI_BYTE, to, x.tag,
-                       x.comm, &reqs[0])
-        if rc == MPI_SUCCESS:
-            peers[0], recv[0], n = to, False, 1
-            if send_first:
-                rc = x_poll(x, n, reqs, peers, recv, MPI_STATUSES_IGNORE)
-                n = 0
+        rc = start_request(False, x.mine, <int>(8 * x.nh + (<int64_t *>x.mine)[x.nh - 1]), MPI_BYTE,
+                           to, x.tag, x.comm, reqs, x.is_recv, &x.w, &x.nreq)
+        if rc == MPI_SUCCESS and send_first:
+            rc = x_wait(x, reqs, sts)
+            if rc == MPI_SUCCESS:
+                x.nreq = 0
     if rc == MPI_SUCCESS and source >= 0:
-        rc = MPI_Irecv(x.theirs, <int>x.cap, MPI_BYTE, source, x.tag, x.comm, &reqs[n])
-        if rc == MPI_SUCCESS:
-            peers[n], recv[n] = source, True
-            n += 1
-        elif n:
-            give_up(reqs, n)
-    if rc == MPI_SUCCESS and n:
-        rc = x_poll(x, n, reqs, peers, recv, sts)
+        rc = start_request(True, x.theirs, <int>x.cap, MPI_BYTE, source, x.tag, x.comm, reqs,
+                           x.is_recv, &x.w, &x.nreq)
+        if rc != MPI_SUCCESS and x.nreq:
+            give_up(reqs, x.nreq)
+    if rc == MPI_SUCCESS and x.nreq:
+        rc = x_wait(x, reqs, sts)
         if rc == MPI_SUCCESS and source >= 0:
-            st[0] = sts[n - 1]
+            st[0] = sts[x.nreq - 1]
     return rc
 
 
@@ -460,6 +457,7 @@ cdef int x_run(Exchange *x, int rank, int p) noexcept nogil:
     x.rem = p - p2
     x.clash = False
     x.round = -1
+    x.w.peer = x.peer  # set on entry, not in each of the two places that make an Exchange
     if rank < 2 * x.rem and rank % 2 == 0:
         rc = x_trade(x, rank + 1, True, rank + 1, &st)
         if rc == MPI_SUCCESS:
@@ -487,34 +485,32 @@ cdef int x_run(Exchange *x, int rank, int p) noexcept nogil:
 cdef int x_checked(Exchange *x, int rank, int p, object collective, object algorithm=None) except -1:
     """x_run without the GIL; TypeError, StallError (naming ``collective`` and ``algorithm``)
     or MPI.Exception when it fails."""
-    cdef int rc, i
+    cdef int rc
     with nogil:
         rc = x_run(x, rank, p)
     if rc == -1:
         raise TypeError(f"op code {x.op} is not defined on dtype code {x.dtype}")
     if rc == TIMED_OUT:
-        if algorithm is not None:
-            collective = f"{collective} ({algorithm})"
-        raise StallError(collective, x.round, rank,
-                         [(x.late[i], "receive" if x.late_recv[i] else "send") for i in range(x.nlate)],
-                         x.waited)
+        raise stall_error(collective, algorithm, x.round, rank, &x.w, x.is_recv, x.nreq)
     if rc != MPI_SUCCESS:
         raise pyMPI.Exception(rc)
     return 0
 
 
 def exchange(MPI.Comm comm, int64_t[::1] vec, int kind=X_HEADER, data=None, Py_ssize_t block=0,
-             int dtype=0, int op=0, bint has=True, double timeout=0, collective="exchange"):
+             int dtype=0, int op=0, bint has=True, double timeout=0, collective="exchange",
+             algorithm=None):
     """Run the checked exchange on ``comm``: ``vec`` becomes the fold of every rank's;
     ``data`` (writable bytes, a fused collective's payload, ``has`` False where it holds
     nothing yet) its result, valid where the folded fingerprint agrees.  ``timeout`` > 0
-    seconds: StallError naming ``collective`` when a trade makes no progress for that long."""
+    seconds: StallError naming ``collective`` (and ``algorithm``) when a trade makes no
+    progress for that long."""
     cdef Exchange x
     cdef Py_buffer view
     cdef bint held = False
     cdef int64_t *head
     x.comm, x.tag, x.kind, x.dtype, x.op, x.block = comm.ob_mpi, EXCHANGE_TAG, kind, dtype, op, block
-    x.limit = timeout if timeout > 0 else NEVER_S
+    x.w.limit = timeout if timeout > 0 else NEVER_S
     x.nh = vec.shape[0] + 1
     x.cap = 8 * x.nh + FUSED_BYTES
     x.nbytes = 0
@@ -534,7 +530,7 @@ def exchange(MPI.Comm comm, int64_t[::1] vec, int kind=X_HEADER, data=None, Py_s
         head[x.nh - 1] = x.nbytes if kind != X_HEADER and has else 0
         if head[x.nh - 1]:
             memcpy(x.mine + 8 * x.nh, view.buf, x.nbytes)
-        x_checked(&x, comm.Get_rank(), comm.Get_size(), collective)
+        x_checked(&x, comm.Get_rank(), comm.Get_size(), collective, algorithm)
         memcpy(&vec[0], head, 8 * (x.nh - 1))
         if held:
             memcpy(view.buf, x.mine + 8 * x.nh, x.nbytes)
@@ -896,7 +892,7 @@ cdef class Fast:
         self.nvec = 5 + 2 * self.width
         self.x.comm, self.x.tag = comm.ob_mpi, EXCHANGE_TAG
         self.x.nh = self.nvec + 1
-        self.x.limit = NEVER_S
+        self.x.w.limit = NEVER_S
         self.x.cap = 8 * self.x.nh + FUSED_BYTES
         self.x.mine = <char *>malloc(2 * self.x.cap)
         self.x.theirs = self.x.mine + self.x.cap
@@ -913,7 +909,7 @@ cdef class Fast:
     def watch(self, double limit):
         """Watch every wait for ``limit`` seconds (collectives.watchdog); 0 turns it off."""
         self.limit = limit
-        self.x.limit = limit if limit > 0 else NEVER_S
+        self.x.w.limit = limit if limit > 0 else NEVER_S
 
     def __len__(self):
         """Number of cached plans."""

@@ -88,9 +88,10 @@ def agree(comm, collective, algo, error=False, payload=None, **fields):
     lo = head[1:] + [unknown if v is None else int(v) for v in values]
     both = np.array(hi + [-v for v in lo], dtype=np.int64)
     kind, *rest = payload or (exchange.HEADER,)
-    what = f"{collective} ({algo.name if payload else 'argument check'})"
     try:
-        _exchange(comm._coll, both, kind, *rest, timeout=comm.timeout, collective=what)
+        # The stall label's parts: the exchange joins them only when it reports a stall.
+        _exchange(comm._coll, both, kind, *rest, timeout=comm.timeout, collective=collective,
+                  algorithm=algo.name if payload else "argument check")
     except StallError as exc:
         stalled(comm, exc, call_number(comm, False))
         raise

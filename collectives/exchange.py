@@ -41,9 +41,9 @@ small round trip, cheap beside the payload.
 
 Each trade (a send and a receive, posted together and polled) is watched like a schedule's
 step under the stall watchdog (``collectives.watchdog``): a trade that makes no progress for
-the limit gives up its requests and raises StallError naming the round and the partner.  ``exchange`` here is the pure-Python twin of
-``collectives._engine.exchange`` (COLLECTIVES_PUREPYTHON=1): the same messages, so ranks
-running either meet.
+the limit gives up its requests and raises StallError naming the round and the partner.
+``exchange`` here is the pure-Python twin of ``collectives._engine.exchange``
+(COLLECTIVES_PUREPYTHON=1): the same messages, so ranks running either meet.
 """
 import math
 
@@ -85,11 +85,12 @@ def partners(rank, p):
 
 
 def exchange(comm, vec, kind=HEADER, data=None, block=0, dtype=0, op=0, has=True, timeout=0,
-             collective="exchange"):
+             collective="exchange", algorithm=None):
     """Run the checked exchange on mpi4py ``comm``: ``vec`` (int64) becomes the fold of every
     rank's; ``data`` (uint8, a fused collective's payload, ``has`` False where it holds
     nothing yet) its result, valid where the folded fingerprint agrees.  ``timeout`` > 0
-    seconds: StallError naming ``collective`` when a trade makes no progress for that long."""
+    seconds: StallError naming ``collective`` (and ``algorithm``) when a trade makes no
+    progress for that long."""
     from .kernels import reduce_into
     from .watchdog import watched
 
@@ -107,9 +108,10 @@ def exchange(comm, vec, kind=HEADER, data=None, block=0, dtype=0, op=0, has=True
     rank = comm.Get_rank()
     limit = timeout if timeout > 0 else math.inf
     step = -1
+    what = collective if algorithm is None else f"{collective} ({algorithm})"
 
     def wait(requests, peers, statuses):
-        watched(requests, limit, peers, collective, step, rank,
+        watched(requests, limit, peers, what, step, rank,
                 test=lambda: MPI.Request.Testall(requests, statuses))
 
     def trade(to, source, send_first=False):

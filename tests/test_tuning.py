@@ -231,12 +231,25 @@ def test_repeat_mode_reports_auto_against_the_best_named_algorithm():
 
 
 def test_tune_merges_launches_by_median_p50_and_least_min():
-    def launch(p50s, mins):
-        return [{"collective": "allreduce", "rows": [
-            {"size": 8, "place": "out", "algorithm": a, "p50(us)": p, "min(us)": m}
-            for a, p, m in zip(("allreduce_ring", "allreduce_binomial"), p50s, mins)]}]
+    def launch(p50s, mins, order=(0, 1)):
+        rows = [{"size": 8, "place": "out", "algorithm": a, "p50(us)": p, "min(us)": m}
+                for a, p, m in zip(("allreduce_ring", "allreduce_binomial"), p50s, mins)]
+        return [{"collective": "allreduce", "rows": [rows[i] for i in order]}]
     merged = tune.merge([launch((1.0, 5.0), (0.5, 4.0)), launch((9.0, 2.0), (0.7, 1.0)),
                          launch((2.0, None), (0.6, None))])
     rows = merged[0]["rows"]
     assert [(r["p50(us)"], r["min(us)"]) for r in rows] == [(2.0, 0.5), (None, None)]
     assert tune.winners(rows, 0.03) == [(8, "allreduce_ring")]
+    # Rows, and results, in another order in a later launch are matched by what they measure.
+    other = {"collective": "bcast", "rows": [{"size": 8, "place": "out", "algorithm": "bcast_binomial",
+                                              "p50(us)": 3.0, "min(us)": 2.0}]}
+    merged = tune.merge([launch((1.0, 5.0), (0.5, 4.0)) + [other],
+                         [other] + launch((4.0, 6.0), (0.7, 1.0), order=(1, 0)),
+                         launch((2.0, 9.0), (0.6, 3.0), order=(1, 0)) + [other]])
+    assert [(r["algorithm"], r["p50(us)"], r["min(us)"]) for r in merged[0]["rows"]] == [
+        ("allreduce_ring", 2.0, 0.5), ("allreduce_binomial", 6.0, 1.0)]
+    assert merged[1]["rows"][0]["p50(us)"] == 3.0
+    with pytest.raises(ValueError, match="launch 2 of 2 has no row for allreduce size 8 place out "
+                                         "allreduce_binomial"):
+        tune.merge([launch((1.0, 5.0), (0.5, 4.0)),
+                    [{"collective": "allreduce", "rows": launch((1.0, 5.0), (0.5, 4.0))[0]["rows"][:1]}]])

@@ -14,6 +14,7 @@ from mpi4py import MPI
 
 import collectives
 from collectives import executor, watchdog
+from collectives.exchange import FUSED_BYTES
 from collectives.ops import dtype_code
 from collectives.schedule import ACC, Schedule, run_python
 from collectives.watchdog import StallError
@@ -151,11 +152,14 @@ def test_unanswered_receive_primitive_raises(mpi_comm):
     c.Free()
 
 
+@pytest.mark.parametrize("count, label", [(2, "allreduce_fused"), (FUSED_BYTES // 4 + 1, "argument check")],
+                         ids=["fused", "header"])
 @pytest.mark.parametrize("path", ["fast", "job", "purepython"])
-def test_stall_in_the_checked_exchange_names_the_partner(mpi_comm, monkeypatch, path):
-    """A small checked call is the fused exchange, watched trade by trade: rank 1 alone calls
-    it, waits for rank 0's message (with p not a power of two it receives before it sends, so
-    no message is left in flight) and raises StallError naming rank 0; the Comm is unusable."""
+def test_stall_in_the_checked_exchange_names_the_partner(mpi_comm, monkeypatch, path, count, label):
+    """A small checked call is the fused exchange, a larger one starts with the header-only
+    exchange, watched trade by trade: rank 1 alone calls it, waits for rank 0's message (with
+    p not a power of two it receives before it sends, so no message is left in flight) and
+    raises StallError naming rank 0 and what ran; the Comm is unusable."""
     p = mpi_comm.Get_size()
     if p & (p - 1) == 0:
         pytest.skip("rank 1 receives first only when the rank count is not a power of two")
@@ -166,15 +170,15 @@ def test_stall_in_the_checked_exchange_names_the_partner(mpi_comm, monkeypatch, 
         c._fast = None
     if path == "purepython":
         monkeypatch.setattr(agreement, "_exchange", exchange.exchange)
-    x = np.ones(2, np.float32)
+    x = np.ones(count, np.float32)
     if c.rank == 1:
         with pytest.raises(StallError) as info:
-            c.Allreduce(x, np.zeros(2, np.float32))
+            c.Allreduce(x, np.zeros(count, np.float32))
         err = info.value
         assert (err.collective, err.call, err.step, err.rank, err.peers) == (
-            "allreduce (allreduce_fused)", 1, 0, 1, [(0, "receive")])
+            f"allreduce ({label})", 1, 0, 1, [(0, "receive")])
         assert LIMIT <= err.waited < 60
-        with pytest.raises(RuntimeError, match=r"unusable: allreduce \(allreduce_fused\), call 1"):
+        with pytest.raises(RuntimeError, match=rf"unusable: allreduce \({label}\), call 1"):
             c.Bcast(x)
     mpi_comm.Barrier()
     c.Free()
