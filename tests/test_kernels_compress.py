@@ -121,11 +121,12 @@ FP16_HARD = [
 @pytest.mark.parametrize("ef", [False, True])
 def test_fp16_hard_values(dtype, scale, ef):
     """The hard products and their negatives, each at every lane of an 8-wide group (nine in a
-    row) and alone (the scalar tail), are rounded once, as NumPy rounds."""
+    row), filling one group by itself and alone (the scalar tail), are rounded once, as NumPy
+    rounds, and raise the overflow flag exactly when the half is inf or NaN."""
     with np.errstate(over="ignore"):
         vals = (np.array(FP16_HARD + [-v for v in FP16_HARD]) / scale).astype(dtype)
     # -0.0 added to x leaves it as it is, bit for bit, so the products stay the hard ones.
-    for x in [np.repeat(vals, 9)] + [vals[i:i + 1] for i in range(len(vals))]:
+    for x in [np.repeat(vals, 9)] + [np.full(m, v) for v in vals for m in (8, 1)]:
         check_fp16_exact(x, scale, np.full(len(x), -0.0, dtype) if ef else None)
 
 
