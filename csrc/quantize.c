@@ -16,11 +16,14 @@
  * u is element i's uniform from rng.h.  Arithmetic is in the element type, products are
  * never contracted into fused multiply-adds, so the NumPy statement gives the same bits.
  * (no-trapping-math only lets floor() vectorise; it changes no result.)
- * Each entry point is cloned for AVX-512, AVX2 and baseline x86-64 (picked at load time) with
- * its per-bucket steps inlined into every clone.  For floats, deterministic int8 packing
- * (AVX-512), sign packing fused with the sum of |v| and unpacking (AVX2 and AVX-512) are
- * written with intrinsics, which reach what the vectoriser does not: masked tails, movemask,
- * one fused pass. */
+ * float16 conversion uses F16C when the CPU has it, else GCC's _Float16.  F16C only converts
+ * float, so double -> half goes through a float rounded to odd (cut to 24 bits, lowest bit set
+ * when inexact), which makes F16C's rounding to nearest give the once-rounded half.
+ * The bucketed entry points are cloned for AVX-512, AVX2 and baseline x86-64 (picked at load
+ * time) with their per-bucket steps inlined into every clone.  For floats, deterministic int8
+ * packing (AVX-512), sign packing fused with the sum of |v| and unpacking (AVX2 and AVX-512)
+ * are written with intrinsics, which reach what the vectoriser does not: masked tails,
+ * movemask, one fused pass. */
 #pragma GCC optimize("fp-contract=off", "no-trapping-math")
 #include <math.h>
 #include <string.h>
@@ -33,55 +36,6 @@
 #define INLINE static inline __attribute__((always_inline))
 
 /* ---- float16 conversion: F16C when the CPU has it, else GCC's _Float16 (same rounding) -- */
-
-__attribute__((target("avx,f16c")))
-static int fp16_pack_f16c(const float *restrict x, size_t n, float scale, uint16_t *restrict h,
-                          float *restrict res)
-{
-    const __m256 s = _mm256_set1_ps(scale), inv = _mm256_set1_ps(1.0f / scale);
-    const __m128i expo = _mm_set1_epi16(0x7c00);
-    __m128i bad = _mm_setzero_si128();
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_loadu_ps(x + i);
-        if (res)
-            v = _mm256_add_ps(v, _mm256_loadu_ps(res + i));
-        __m128i p = _mm256_cvtps_ph(_mm256_mul_ps(v, s), _MM_FROUND_TO_NEAREST_INT);
-        _mm_storeu_si128((__m128i *)(h + i), p);
-        bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(p, expo), expo));
-        if (res)
-            _mm256_storeu_ps(res + i, _mm256_sub_ps(v, _mm256_mul_ps(_mm256_cvtph_ps(p), inv)));
-    }
-    int overflow = !_mm_testz_si128(bad, bad);
-    for (; i < n; i++) {
-        float v = res ? x[i] + res[i] : x[i];
-        __m128i p = _mm_cvtps_ph(_mm_set_ss(v * scale), _MM_FROUND_TO_NEAREST_INT);
-        h[i] = (uint16_t)_mm_extract_epi16(p, 0);
-        overflow |= (h[i] & 0x7c00) == 0x7c00;
-        if (res)
-            res[i] = v - _mm_cvtss_f32(_mm_cvtph_ps(p)) * (1.0f / scale);
-    }
-    return overflow;
-}
-
-__attribute__((target("avx,f16c")))
-static void fp16_unpack_f16c(const uint16_t *restrict h, size_t n, float scale, float *restrict d,
-                             int accumulate)
-{
-    const float inv1 = 1.0f / scale;
-    const __m256 inv = _mm256_set1_ps(inv1);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))), inv);
-        if (accumulate)
-            v = _mm256_add_ps(_mm256_loadu_ps(d + i), v);
-        _mm256_storeu_ps(d + i, v);
-    }
-    for (; i < n; i++) {
-        float v = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h[i]))) * inv1;
-        d[i] = accumulate ? d[i] + v : v;
-    }
-}
 
 static inline uint16_t half_bits(_Float16 h)
 {
@@ -126,30 +80,140 @@ static inline _Float16 bits_half(uint16_t b)
 FP16(f32, float)
 FP16(f64, double)
 
-int ck_fp16_pack_f32(const float *x, size_t n, float scale, uint16_t *h, float *res)
+/* One AVX register as a GCC vector, so that one source below serves float and double. */
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef double f64x4 __attribute__((vector_size(32)));
+
+/* narrow_T: v[0..K-1] (v * scale, K registers of T) as eight floats that F16C rounds to the
+ * half v * scale rounds to.  widen_T: floats 4k .. 4k+3 (all eight for float) of f as T. */
+__attribute__((target("avx")))
+static inline f32x8 narrow_f32(const f32x8 *v)
 {
-    return ck_have_f16c() ? fp16_pack_f16c(x, n, scale, h, res)
-                       : fp16_pack_generic_f32(x, n, scale, h, res);
+    return v[0];
 }
 
-void ck_fp16_unpack_f32(const uint16_t *h, size_t n, float scale, float *dst, int accumulate)
+__attribute__((target("avx")))
+static inline f32x8 widen_f32(f32x8 f, int k)
 {
-    if (ck_have_f16c())
-        fp16_unpack_f16c(h, n, scale, dst, accumulate);
-    else
-        fp16_unpack_generic_f32(h, n, scale, dst, accumulate);
+    (void)k;
+    return f;
 }
 
-/* double -> half rounds once, directly (NumPy's rule), which F16C cannot do. */
-int ck_fp16_pack_f64(const double *x, size_t n, double scale, uint16_t *h, double *res)
+/* Doubles to floats rounded to odd: the significand cut to float's 24 bits (the low 29 of
+ * double's 53 cleared), its lowest kept bit set when the cut dropped anything, which also
+ * keeps NaNs NaN.  In float's range the conversion is then exact.  Below it (|d| < 2^-126)
+ * it may round again, but keeps the sign and stays under 2^-25, so half gives the same +-0
+ * as from d; beyond it the float is FLT_MAX or inf, and the half inf as from d. */
+__attribute__((target("avx")))
+static inline f32x8 narrow_f64(const f64x4 *d)
 {
-    return fp16_pack_generic_f64(x, n, scale, h, res);
+    const __m256d cut = _mm256_castsi256_pd(_mm256_set1_epi64x(-((int64_t)1 << 29)));
+    const __m256d lowest = _mm256_castsi256_pd(_mm256_set1_epi64x((int64_t)1 << 29));
+    __m128 f[2];
+    for (int k = 0; k < 2; k++) {
+        __m256d t = _mm256_and_pd((__m256d)d[k], cut);
+        __m256d inexact = _mm256_cmp_pd(t, (__m256d)d[k], _CMP_NEQ_UQ);
+        f[k] = _mm256_cvtpd_ps(_mm256_or_pd(t, _mm256_and_pd(inexact, lowest)));
+    }
+    return (f32x8)_mm256_set_m128(f[1], f[0]);
 }
 
-void ck_fp16_unpack_f64(const uint16_t *h, size_t n, double scale, double *dst, int accumulate)
+__attribute__((target("avx")))
+static inline f64x4 widen_f64(f32x8 f, int k)
 {
-    fp16_unpack_generic_f64(h, n, scale, dst, accumulate);
+    return (f64x4)_mm256_cvtps_pd(k ? _mm256_extractf128_ps((__m256)f, 1)
+                                    : _mm256_castps256_ps128((__m256)f));
 }
+
+/* h[0..7] = half(f) rounded to nearest-even, returned too; *bad collects the lanes that came
+ * out inf or NaN. */
+__attribute__((target("avx,f16c")))
+static inline __m128i half8(f32x8 f, uint16_t *h, __m128i *bad)
+{
+    const __m128i expo = _mm_set1_epi16(0x7c00);
+    __m128i p = _mm256_cvtps_ph((__m256)f, _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128((__m128i *)h, p);
+    *bad = _mm_or_si128(*bad, _mm_cmpeq_epi16(_mm_and_si128(p, expo), expo));
+    return p;
+}
+
+/* Pack and unpack with F16C, eight elements (K registers of L lanes) at a time, the rest
+ * (under eight) left to the generic loops, which round the same way.  double -> half must
+ * round once, as NumPy does, but F16C only converts float, and through floats rounded to
+ * nearest 1 + 2^-11 + 2^-40 would round twice, to 1 instead of 1 + 2^-10.  A float rounded
+ * to odd, which has 13 more bits than half (also in half's subnormal range), rounds to
+ * nearest-even as the double would (Boldo and Melquiond, "Emulation of FMA and correctly
+ * rounded sums: proved algorithms using rounding to odd", IEEE TC 2008).  half -> float -> T
+ * is exact.  memcpy moves the registers from and to unaligned memory. */
+#define FP16_F16C(SUF, T, VEC)                                                               \
+    __attribute__((target("avx,f16c")))                                                      \
+    static int fp16_pack_f16c_##SUF(const T *restrict x, size_t n, T scale,                  \
+                                    uint16_t *restrict h, T *restrict res)                   \
+    {                                                                                        \
+        enum { L = sizeof(VEC) / sizeof(T), K = 8 / L };                                     \
+        const T inv = (T)1 / scale;                                                          \
+        __m128i bad = _mm_setzero_si128();                                                   \
+        size_t i = 0;                                                                        \
+        for (; i + 8 <= n; i += 8) {                                                         \
+            VEC v[K], s[K], r;                                                               \
+            for (int k = 0; k < K; k++) {                                                    \
+                memcpy(&v[k], x + i + k * L, sizeof r);                                      \
+                if (res) {                                                                   \
+                    memcpy(&r, res + i + k * L, sizeof r);                                   \
+                    v[k] += r;                                                               \
+                }                                                                            \
+                s[k] = v[k] * scale;                                                         \
+            }                                                                                \
+            f32x8 back = (f32x8)_mm256_cvtph_ps(half8(narrow_##SUF(s), h + i, &bad));       \
+            for (int k = 0; res && k < K; k++) {                                             \
+                r = v[k] - widen_##SUF(back, k) * inv;                                       \
+                memcpy(res + i + k * L, &r, sizeof r);                                       \
+            }                                                                                \
+        }                                                                                    \
+        int overflow = !_mm_testz_si128(bad, bad);                                           \
+        return fp16_pack_generic_##SUF(x + i, n - i, scale, h + i, res ? res + i : NULL) |   \
+               overflow;                                                                     \
+    }                                                                                        \
+    __attribute__((target("avx,f16c")))                                                      \
+    static void fp16_unpack_f16c_##SUF(const uint16_t *restrict h, size_t n, T scale,        \
+                                       T *restrict d, int accumulate)                        \
+    {                                                                                        \
+        enum { L = sizeof(VEC) / sizeof(T), K = 8 / L };                                     \
+        const T inv = (T)1 / scale;                                                          \
+        size_t i = 0;                                                                        \
+        for (; i + 8 <= n; i += 8) {                                                         \
+            f32x8 f = (f32x8)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i)));     \
+            for (int k = 0; k < K; k++) {                                                    \
+                VEC v = widen_##SUF(f, k) * inv, old;                                        \
+                if (accumulate) {                                                            \
+                    memcpy(&old, d + i + k * L, sizeof old);                                 \
+                    v = old + v;                                                             \
+                }                                                                            \
+                memcpy(d + i + k * L, &v, sizeof v);                                         \
+            }                                                                                \
+        }                                                                                    \
+        fp16_unpack_generic_##SUF(h + i, n - i, scale, d + i, accumulate);                   \
+    }
+
+FP16_F16C(f32, float, f32x8)
+FP16_F16C(f64, double, f64x4)
+
+#define FP16_ENTRY(SUF, T)                                                                   \
+    int ck_fp16_pack_##SUF(const T *x, size_t n, T scale, uint16_t *h, T *res)               \
+    {                                                                                        \
+        return ck_have_f16c() ? fp16_pack_f16c_##SUF(x, n, scale, h, res)                    \
+                              : fp16_pack_generic_##SUF(x, n, scale, h, res);                \
+    }                                                                                        \
+    void ck_fp16_unpack_##SUF(const uint16_t *h, size_t n, T scale, T *dst, int accumulate)  \
+    {                                                                                        \
+        if (ck_have_f16c())                                                                  \
+            fp16_unpack_f16c_##SUF(h, n, scale, dst, accumulate);                            \
+        else                                                                                 \
+            fp16_unpack_generic_##SUF(h, n, scale, dst, accumulate);                         \
+    }
+
+FP16_ENTRY(f32, float)
+FP16_ENTRY(f64, double)
 
 /* ---- bucketed quantizers: per-bucket steps in the element type T -------------------------- */
 

@@ -49,34 +49,113 @@ def assert_same(outs):
                 np.testing.assert_array_equal(u.view(np.uint8), v.view(np.uint8))
 
 
+def bits_equal(a, b):
+    """a and b hold the same bits (so NaNs, -0.0 and subnormals count too)."""
+    assert a.dtype == b.dtype and a.shape == b.shape
+    u = {2: np.uint16, 4: np.uint32, 8: np.uint64}[a.itemsize]
+    bad = np.flatnonzero(a.view(u) != b.view(u))
+    assert not len(bad), f"{len(bad)} differ, first at {bad[0]}: {a[bad[0]]!r} != {b[bad[0]]!r}"
+
+
+def check_fp16_exact(x, scale, res0=None):
+    """Every implementation gives NumPy's casts bit for bit: h = float16(v * scale) with
+    v = x (+ res0), rounded once; the overflow flag; the residual v - h / scale; and
+    decompress (and add) of h.  Returns h."""
+    t, n = x.dtype.type, len(x)
+    v = x if res0 is None else x + res0
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = (v * t(scale)).astype(np.float16)
+        back = want.astype(t) * (t(1) / t(scale))
+        left = v - back
+    for impl in IMPLS:
+        h, res = np.empty(n, np.float16), None if res0 is None else res0.copy()
+        assert impl.fp16_compress(x, scale, h, res) == (not np.isfinite(want).all())
+        bits_equal(h, want)
+        if res0 is not None:
+            bits_equal(res, left)
+        out = np.full(n, 3, t)
+        impl.fp16_decompress(want, scale, out)
+        bits_equal(out, back)
+        acc = np.ones(n, t)
+        impl.fp16_decompress_add(want, scale, acc)
+        bits_equal(acc, 1 + back)
+    return want
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("n", LENGTHS)
 @pytest.mark.parametrize("ef", [False, True])
 def test_fp16(dtype, n, ef):
     x = data(n, dtype)
     scale = 0.5
-    outs = run_both("fp16_compress", lambda: (x, scale, np.empty(n, np.float16),
-                                              data(n, dtype, 1) * 1e-3 if ef else None))
-    assert_same(outs)
-    over, (_, _, h, res) = outs[0]
-    v = x + (data(n, dtype, 1) * 1e-3 if ef else 0)
-    with np.errstate(over="ignore"):
-        want = (v * dtype(scale)).astype(np.float16)
-    np.testing.assert_array_equal(h, want)
-    assert over == (not np.isfinite(want).all())
-    for impl in IMPLS:
-        out = np.full(n, 3, dtype)
-        impl.fp16_decompress(h, scale, out)
-        np.testing.assert_array_equal(out, h.astype(dtype) * (dtype(1) / dtype(scale)))
-        acc = np.ones(n, dtype)
-        impl.fp16_decompress_add(h, scale, acc)
-        np.testing.assert_array_equal(acc, 1 + out)
-        if ef:
-            np.testing.assert_array_equal(res, v - out)
-    fin = np.isfinite(want)
+    res0 = data(n, dtype, 1) * 1e-3 if ef else None
+    h = check_fp16_exact(x, scale, res0)
+    v = x if res0 is None else x + res0
+    fin = np.isfinite(h)
     err = np.abs(h[fin].astype(np.float64) / scale - v[fin])
     # Round to nearest half: relative error 2^-11 for normals, absolute 2^-25 / scale below.
     assert np.all(err <= np.abs(v[fin]) * 2.0**-11 + 2.0**-25 / scale)
+
+
+# Products v * scale where rounding twice, through float to nearest, would give another half
+# than rounding once (marked *), next to the ties and limits they sit beside.
+_E = 2.0**-40
+FP16_HARD = [
+    1 + 2**-11 + _E,  # * 1 + 2^-10 (twice: 1)
+    1 + 2**-11, 1 + 2**-11 - _E,
+    1 + 3 * 2**-11 - _E,  # * 1 + 2^-10 (twice: 1 + 2^-9)
+    1 + 3 * 2**-11,
+    65504.0, 65519.99,
+    65520 - 2**-37,  # * 65504 (twice: inf)
+    65520.0, 65536.0, 3.5e38, 1e300, np.inf, np.nan, 0.0,
+    2.0**-25 * (1 + _E),  # * 2^-24, the least subnormal half (twice: 0)
+    2.0**-25, 2.0**-25 * (1 - _E),
+    2.0**-24 * (3.5 + _E), 2.0**-24 * 3.5, 2.0**-24 * (2.5 + _E),  # * subnormals
+    2.0**-24 * (1023.5 + _E), 2.0**-14 - 2.0**-25, 2.0**-14 * (1 + 2**-11 + _E),
+    1e-300, 5e-324, 2.0**-149 * 1.5, 2.0**-126,
+]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("scale", [1.0, 2.0**-7, 3.0])
+@pytest.mark.parametrize("ef", [False, True])
+def test_fp16_hard_values(dtype, scale, ef):
+    """The hard products and their negatives, each at every lane of an 8-wide group (nine in a
+    row), filling one group by itself and alone (the scalar tail), are rounded once, as NumPy
+    rounds, and raise the overflow flag exactly when the half is inf or NaN."""
+    with np.errstate(over="ignore"):
+        vals = (np.array(FP16_HARD + [-v for v in FP16_HARD]) / scale).astype(dtype)
+    # -0.0 added to x leaves it as it is, bit for bit, so the products stay the hard ones.
+    for x in [np.repeat(vals, 9)] + [np.full(m, v) for v in vals for m in (8, 1)]:
+        check_fp16_exact(x, scale, np.full(len(x), -0.0, dtype) if ef else None)
+
+
+def split(t):
+    """x, r with x + r == t exactly: x is t with the low half of its significand cleared."""
+    u = np.uint32 if t.dtype == np.float32 else np.uint64
+    x = (t.view(u) & ~u((1 << (np.finfo(t.dtype).nmant // 2)) - 1)).view(t.dtype)
+    return x, t - x
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", [8, 9, 15, 1003, 100_003])
+@pytest.mark.parametrize("scale", [2.0**-7, 3.0])
+@pytest.mark.parametrize("ef", [False, True])
+def test_fp16_near_ties(dtype, n, scale, ef):
+    """Random products on, or a hair (2^-14 to 2^-44 relative) off, the midpoint between two
+    adjacent finite halves, normal and subnormal, are rounded once, as NumPy rounds; under
+    error feedback x + residual gives the same values exactly."""
+    rng = np.random.default_rng([n, int(ef)])
+    lo = rng.integers(0, 0x7BFF, n).astype(np.uint16)
+    mid = (lo.view(np.float16).astype(np.float64) + (lo + 1).view(np.float16)) / 2
+    hair = rng.choice([-1, 0, 1], n) * np.exp2(-rng.integers(14, 45, n).astype(float))
+    t = (mid * (1 + hair) * rng.choice([-1, 1], n) / scale).astype(dtype)
+    if ef:
+        x, r = split(t)
+        assert np.array_equal(x + r, t)
+        check_fp16_exact(x, scale, r)
+    else:
+        check_fp16_exact(t, scale)
 
 
 def test_fp16_overflow_detected():
