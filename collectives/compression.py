@@ -376,17 +376,18 @@ class ErrorFeedback:
 
     ``residual`` is this rank's, of the whole gradient; ``server`` is what the re-quantization
     of the chunk [``server_span``) this rank sums in the reduce-scatter has not yet sent.
+    The node-aware shape keeps the residual of this rank's shard [``shard``) only, zero
+    elsewhere; ``shard`` is None while all of it may be nonzero.
     """
 
     def __init__(self):
-        self.residual = self.server = self.server_span = None
+        self.residual = self.server = self.server_span = self.shard = None
 
     def residual_for(self, x):
         """The residual matching ``x`` (zeros on first use or when x's shape or dtype changed)."""
         if self.residual is None or self.residual.shape != x.shape or self.residual.dtype != x.dtype:
             self.residual = np.zeros_like(x)
         return self.residual
-
 
     def server_for(self, lo, hi, dtype):
         """The residual of this rank's re-quantization of the summed chunk [lo, hi)."""
@@ -518,10 +519,18 @@ def _reduce(comm, nodes, v, compressor, state, seed, stats):
     None, else node-aware (intra-node reduce-scatter, ``_requantize`` of this rank's shard
     across its lane, intra-node all-gather)."""
     if nodes is None:
+        if state is not None:
+            state.shard = None
         return _requantize(comm, v, compressor, state, seed, stats)
     at = chunks(len(v), nodes.intra.size, compressor.unit)
-    counts, lo = np.diff(at).tolist(), int(at[nodes.local])
-    shard = np.empty(counts[nodes.local], v.dtype)
+    counts, lo, hi = np.diff(at).tolist(), int(at[nodes.local]), int(at[nodes.local + 1])
+    if state is not None and state.shard != (lo, hi):
+        # The residual may be nonzero outside this rank's shard (left by the flat shape or a
+        # checkpoint): fold all of it into this call's sum, which sends it once.
+        v = v + state.residual
+        state.residual[...] = 0
+        state.shard = (lo, hi)
+    shard = np.empty(hi - lo, v.dtype)
     with stats.timing("communicate"):
         nodes.intra.Reduce_scatter(v, shard, counts, MPI.SUM)
     summed = _requantize(nodes.lane, shard, compressor, state, seed, stats, lo)

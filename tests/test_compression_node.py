@@ -12,7 +12,7 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from collectives.compression import COMPRESSORS, allreduce
+from collectives.compression import COMPRESSORS, ErrorFeedback, allreduce
 from collectives.node import layout
 from tests.test_compression import (QUANTIZERS, SETTINGS, SIZES, chunk_sizes, error_bound, expected, grad,
                                     payload_nbytes, reduce_scatter_bytes)
@@ -142,11 +142,14 @@ def test_bytes_between_nodes(monkeypatch, spec, name):
 def test_error_feedback_across_nodes(monkeypatch, spec, name, settings):
     """Residual shapes (whole gradient; the requantizers' residual nonzero only on this rank's
     shard, the server chunk inside it) and, over 4 calls, sum of the results = sum of the
-    gradients - every residual: error feedback delays, never loses, across nodes too."""
+    gradients - every residual: error feedback delays, never loses, across nodes too.  The
+    first call starts from a residual nonzero everywhere (as a checkpoint from another rank
+    count leaves it), which must be sent, not stranded outside the shard."""
     comm, counts = node_comm(monkeypatch, spec)
     p, r, n, k = WORLD.size, WORLD.rank, 1001, counts[0]
-    comp, state = COMPRESSORS[name](**dict(SETTINGS[name], **settings)), None
-    got, true = np.zeros(n), np.zeros(n)
+    comp, state = COMPRESSORS[name](**dict(SETTINGS[name], **settings)), ErrorFeedback()
+    state.residual = grad(r, n, 99, np.float64)
+    got, true = np.zeros(n), sum(grad(q, n, 99, np.float64) for q in range(p))
     with comm:
         for step in range(4):
             out, state = allreduce(comm, grad(r, n, step, np.float64), comp, state)
