@@ -64,7 +64,8 @@ shapes, and the sparse shape's dense fallback, run node-aware (``Stats.shape`` g
 Each node link then carries 2 (N - 1) / N of P, where the flat shape over all p = N k ranks
 sends k (p - k) / p of P per phase out of each node, 2 k (N - 1) / N in all: k times fewer
 bytes between nodes, for 2 (k - 1) / k of the uncompressed vector per rank through shared
-memory.  Uneven layouts (nodes of different sizes) keep the flat shape.
+memory.  Uneven layouts (nodes of different sizes) keep the flat shape.  ``Stats`` count the
+intra-node phases (summation included) as communication, and only bytes sent to other nodes.
 """
 import contextlib
 import time
