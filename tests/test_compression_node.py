@@ -190,3 +190,17 @@ def test_flat_shape_otherwise(monkeypatch, flat, name):
     if name == "none":
         assert np.all(np.abs(out - np.sum(gs, axis=0, dtype=np.float64)) <= rounding(gs, np.float32))
     assert_same_bits(out, f"{name} {spec}")
+
+
+@pytest.mark.parametrize("spec", LAYOUTS)
+def test_fp16_overflow_across_nodes(monkeypatch, spec):
+    """A node sum beyond float16's range reaches every rank as inf: all redo the call exactly,
+    and error feedback starts over."""
+    comm, _ = node_comm(monkeypatch, spec)
+    p, r = WORLD.size, WORLD.rank
+    g = np.full(5, 1e5 if r == 0 else 1.0, np.float32)
+    with comm, pytest.warns(RuntimeWarning, match="overflowed"):
+        out, state = allreduce(comm, g, COMPRESSORS["fp16"](scale=1.0, error_feedback=True))
+    np.testing.assert_array_equal(out, np.full(5, np.float32(1e5) + (p - 1), np.float32))
+    assert not state.residual.any() and not state.server.any()
+    assert_same_bits(out, f"fp16 overflow {spec}")
