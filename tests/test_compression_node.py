@@ -12,6 +12,7 @@ import pytest
 from mpi4py import MPI
 
 import collectives
+from collectives import compression
 from collectives.compression import COMPRESSORS, ErrorFeedback, allreduce
 from collectives.node import layout
 from tests.test_compression import (QUANTIZERS, SETTINGS, SIZES, chunk_sizes, error_bound, expected, grad,
@@ -23,14 +24,16 @@ WORLD = MPI.COMM_WORLD
 LAYOUTS = ["2x2", "2x3", "3x2", "2x4", "4x2"]
 
 
-def node_comm(monkeypatch, spec):
+def node_comm(monkeypatch, spec, force=True):
     """A collectives.Comm over COMM_WORLD whose nodes are laid out as ``spec`` (skip if it
-    does not fit this launch)."""
+    does not fit this launch); ``force``: every compressor goes node-aware, whatever it saves."""
     try:
         counts = layout(spec, WORLD.size)
     except ValueError:
         pytest.skip(f"layout {spec} does not fit {WORLD.size} ranks")
     monkeypatch.setenv("COLLECTIVES_NODE", spec)
+    if force:
+        monkeypatch.setattr(compression, "NODE_RATIO", 0)
     return collectives.Comm(WORLD), counts
 
 
@@ -204,3 +207,16 @@ def test_fp16_overflow_across_nodes(monkeypatch, spec):
     np.testing.assert_array_equal(out, np.full(5, np.float32(1e5) + (p - 1), np.float32))
     assert not state.residual.any() and not state.server.any()
     assert_same_bits(out, f"fp16 overflow {spec}")
+
+
+@pytest.mark.parametrize("spec", LAYOUTS)
+def test_requantize_goes_node_aware_where_it_pays(monkeypatch, spec):
+    """At the default NODE_RATIO (1/8), int8 (a quarter of float32's bytes) saves enough between
+    nodes to go node-aware at every layout here, sign (1/32) does not; none always does."""
+    comm, _ = node_comm(monkeypatch, spec, force=False)
+    g = grad(WORLD.rank, 4099, 0, np.float32)
+    with comm:
+        for name, shape in [("int8", "requantize/node"), ("sign", "requantize"), ("none", "sum/node")]:
+            comp = COMPRESSORS[name]()
+            allreduce(comm, g, comp)
+            assert comp.last.shape == shape, (name, spec, comp.last)
