@@ -1,0 +1,222 @@
+"""Node-aware compressed all-reduce under COLLECTIVES_NODE layouts on one host.
+
+Every rank's gradient is a pure function of its rank (tests.test_compression.grad), so each
+rank computes the exact sum with NumPy; results are checked against it (exactly up to float
+rounding for ``none``, within the documented error bounds for the quantizers), for identical
+bits on every rank through a native Allgather of a hash, and for the bytes sent between nodes.
+"""
+import hashlib
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import collectives
+from collectives import compression
+from collectives.compression import COMPRESSORS, ErrorFeedback, allreduce
+from collectives.node import layout
+from tests.test_compression import (QUANTIZERS, SETTINGS, SIZES, chunk_sizes, error_bound, expected, grad,
+                                    payload_nbytes, reduce_scatter_bytes)
+
+WORLD = MPI.COMM_WORLD
+# Regular layouts of several nodes with several ranks: 2x2 fits np 4, 2x3 and 3x2 np 6,
+# 2x4 and 4x2 np 8.
+LAYOUTS = ["2x2", "2x3", "3x2", "2x4", "4x2"]
+
+
+def node_comm(monkeypatch, spec, force=True):
+    """A collectives.Comm over COMM_WORLD whose nodes are laid out as ``spec`` (skip if it
+    does not fit this launch); ``force``: every compressor goes node-aware, whatever it saves."""
+    try:
+        counts = layout(spec, WORLD.size)
+    except ValueError:
+        pytest.skip(f"layout {spec} does not fit {WORLD.size} ranks")
+    monkeypatch.setenv("COLLECTIVES_NODE", spec)
+    if force:
+        monkeypatch.setattr(compression, "NODE_RATIO", 0)
+    return collectives.Comm(WORLD), counts
+
+
+def assert_same_bits(out, what):
+    """Every rank of COMM_WORLD holds the same bytes: native Allgather of a SHA-256 digest."""
+    mine = np.frombuffer(hashlib.sha256(np.ascontiguousarray(out).tobytes()).digest(), np.uint8)
+    every = np.empty((WORLD.size, len(mine)), np.uint8)
+    WORLD.Allgather(mine, every)
+    assert (every == mine).all(), f"{what}: result differs across ranks"
+
+
+def rounding(gs, dtype):
+    """Bound on float rounding of any order of summing ``gs``."""
+    return 4 * len(gs) * np.finfo(dtype).eps * sum(np.abs(g.astype(np.float64)) for g in gs)
+
+
+@pytest.mark.parametrize("spec", LAYOUTS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_none_is_the_exact_sum(monkeypatch, spec, dtype):
+    """``none`` across nodes: NumPy's sum of every rank's vector up to summation order."""
+    comm, _ = node_comm(monkeypatch, spec)
+    with comm:
+        for n in SIZES + [100_003]:
+            gs = [grad(q, n, 0, dtype) for q in range(WORLD.size)]
+            seen = []
+            out, state = allreduce(comm, gs[WORLD.rank], "none", report=seen.append)
+            what = f"none {spec} n={n}: {seen}"
+            assert out.dtype == dtype and out.shape == (n,) and state is None
+            assert seen[0].shape == "sum/node", what
+            assert np.all(np.abs(out - np.sum(gs, axis=0, dtype=np.float64)) <= rounding(gs, dtype)), what
+            assert_same_bits(out, what)
+
+
+@pytest.mark.parametrize("spec", LAYOUTS)
+@pytest.mark.parametrize("name,ratio", [("randk", 0.1), ("topk", 0.5)], ids=["randk", "topk-dense"])
+def test_summed_shapes_match_the_decoded_sum(monkeypatch, spec, name, ratio):
+    """random-k (sum shape) and top-k's dense fallback across nodes, two steps with error
+    feedback: the sum of every rank's decoded payload, rebuilt rank by rank."""
+    # expected() builds its compressors from SETTINGS
+    monkeypatch.setitem(SETTINGS, name, dict(ratio=ratio))
+    comm, _ = node_comm(monkeypatch, spec)
+    p, r = WORLD.size, WORLD.rank
+    with comm:
+        for n in SIZES:
+            comp, state = COMPRESSORS[name](**SETTINGS[name]), None
+            for step in range(2):
+                out, state = allreduce(comm, grad(r, n, step, np.float64), comp, state)
+            gs = [grad(q, n, 1, np.float64) for q in range(p)]
+            what = f"{name} {spec} n={n}: {comp.last}"
+            np.testing.assert_allclose(out, expected(name, p, n, 2, np.float64), rtol=0,
+                                       atol=np.max(rounding(gs, np.float64), initial=0) * 4, err_msg=what)
+            assert comp.last.shape.endswith("/node") or (name == "topk" and n == 0), what
+            assert_same_bits(out, what)
+
+
+@pytest.mark.parametrize("spec", LAYOUTS)
+@pytest.mark.parametrize("name", QUANTIZERS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_quantizers_within_bound(monkeypatch, spec, name, dtype):
+    """int8, qsgd, fp16 and sign across nodes against NumPy's exact sum, within the flat
+    shape's bound of two roundings (a node's sum is no larger than the sum of its ranks'
+    magnitudes, so the bound carries over), error feedback off; the node-aware shape ran."""
+    comm, _ = node_comm(monkeypatch, spec)
+    p, r = WORLD.size, WORLD.rank
+    with comm:
+        for n in SIZES:
+            comp = COMPRESSORS[name](**SETTINGS[name], error_feedback=False)
+            gs = [grad(q, n, 0, dtype) for q in range(p)]
+            out, state = allreduce(comm, gs[r], comp)
+            err = np.abs(out - sum(g.astype(np.float64) for g in gs))
+            bound = error_bound(name, gs, comp) + rounding(gs, dtype)
+            what = f"{name} {spec} n={n}: worst excess {np.max(err - bound, initial=0)}"
+            assert out.dtype == dtype and out.shape == (n,) and state is None
+            assert comp.last.shape == "requantize/node", comp.last
+            assert np.all(err <= bound), what
+            assert_same_bits(out, what)
+
+
+def lane_bytes(comp, n, counts, itemsize):
+    """Bytes this rank sends to other nodes: the flat shape's, on its shard, across its lane."""
+    k, r = counts[0], WORLD.rank
+    shard = chunk_sizes(n, k, comp.unit)[r % k]
+    return reduce_scatter_bytes(comp, shard, len(counts), r // k, itemsize)
+
+
+@pytest.mark.parametrize("spec", LAYOUTS)
+@pytest.mark.parametrize("name", ["none"] + QUANTIZERS)
+def test_bytes_between_nodes(monkeypatch, spec, name):
+    """wire_bytes is what the lane exchange sends, and a node's ranks together send about
+    2 (N - 1) / N of the whole payload: k times less than the flat shape's 2 k (N - 1) / N."""
+    comm, counts = node_comm(monkeypatch, spec)
+    N, k = len(counts), counts[0]
+    with comm:
+        for n in SIZES + [100_003]:
+            comp = COMPRESSORS[name](**SETTINGS.get(name, {}))
+            allreduce(comm, grad(WORLD.rank, n, 0, np.float32), comp)
+            got = comp.last.wire_bytes
+            assert got == lane_bytes(comp, n, counts, 4), f"{name} {spec} n={n}: {comp.last}"
+            per_node = np.zeros(N, np.int64)
+            WORLD.Allreduce(np.eye(N, dtype=np.int64)[WORLD.rank // k] * got, per_node)
+            whole = payload_nbytes(comp, n, 4)
+            slack = 2 * k * N * payload_nbytes(comp, comp.unit, 4)
+            assert per_node.max() <= 2 * (N - 1) / N * whole + slack, (name, spec, n, per_node)
+
+
+@pytest.mark.parametrize("spec", LAYOUTS)
+@pytest.mark.parametrize("name,settings", [("sign", {}), ("int8", dict(error_feedback=True)),
+                                           ("randk", {})], ids=["sign", "int8", "randk"])
+def test_error_feedback_across_nodes(monkeypatch, spec, name, settings):
+    """Residual shapes (whole gradient; the requantizers' residual nonzero only on this rank's
+    shard, the server chunk inside it) and, over 4 calls, sum of the results = sum of the
+    gradients - every residual: error feedback delays, never loses, across nodes too.  The
+    first call starts from a residual nonzero everywhere (as a checkpoint from another rank
+    count leaves it), which must be sent, not stranded outside the shard."""
+    comm, counts = node_comm(monkeypatch, spec)
+    p, r, n, k = WORLD.size, WORLD.rank, 1001, counts[0]
+    comp, state = COMPRESSORS[name](**dict(SETTINGS[name], **settings)), ErrorFeedback()
+    state.residual = grad(r, n, 99, np.float64)
+    got, true = np.zeros(n), sum(grad(q, n, 99, np.float64) for q in range(p))
+    with comm:
+        for step in range(4):
+            out, state = allreduce(comm, grad(r, n, step, np.float64), comp, state)
+            got += out
+            true += sum(grad(q, n, step, np.float64) for q in range(p))
+    assert state.residual.shape == (n,) and state.residual.dtype == np.float64
+    held = state.residual.copy()
+    if comp.shape == "requantize":
+        shard = np.cumsum([0] + chunk_sizes(n, k, comp.unit))[r % k:r % k + 2]
+        lo, hi = state.server_span
+        assert shard[0] <= lo <= hi <= shard[1] and state.server.shape == (hi - lo,)
+        assert not held[:shard[0]].any() and not held[shard[1]:].any()
+        held[lo:hi] += state.server
+    else:
+        assert state.server is None
+    left = np.empty(n)
+    WORLD.Allreduce(held, left)
+    scale = 4 * p * np.max(np.abs(true))
+    np.testing.assert_allclose(got + left, true, rtol=0, atol=1e-12 * scale)
+    assert np.max(np.abs(left)) > 1e-6 * scale  # something was held back: the check has teeth
+
+
+@pytest.mark.parametrize("flat", ["one node", "one rank per node", "uneven"])
+@pytest.mark.parametrize("name", ["none", "int8"])
+def test_flat_shape_otherwise(monkeypatch, flat, name):
+    """One node, nodes of one rank, and uneven nodes keep the flat shape and its bytes."""
+    p = WORLD.size
+    spec = {"one node": f"1x{p}", "one rank per node": f"{p}x1", "uneven": f"{p - 1},1"}[flat]
+    if flat == "uneven" and p < 3:
+        pytest.skip("an uneven layout with a node of several ranks needs 3 ranks")
+    comm, _ = node_comm(monkeypatch, spec)
+    with comm:
+        comp = COMPRESSORS[name](**SETTINGS.get(name, {}))
+        gs = [grad(q, 4099, 0, np.float32) for q in range(p)]
+        out, _ = allreduce(comm, gs[WORLD.rank], comp)
+    assert comp.last.shape == comp.shape, comp.last
+    assert comp.last.wire_bytes == reduce_scatter_bytes(comp, 4099, p, WORLD.rank, 4)
+    if name == "none":
+        assert np.all(np.abs(out - np.sum(gs, axis=0, dtype=np.float64)) <= rounding(gs, np.float32))
+    assert_same_bits(out, f"{name} {spec}")
+
+
+@pytest.mark.parametrize("spec", LAYOUTS)
+def test_fp16_overflow_across_nodes(monkeypatch, spec):
+    """A node sum beyond float16's range reaches every rank as inf: all redo the call exactly,
+    and error feedback starts over."""
+    comm, _ = node_comm(monkeypatch, spec)
+    p, r = WORLD.size, WORLD.rank
+    g = np.full(5, 1e5 if r == 0 else 1.0, np.float32)
+    with comm, pytest.warns(RuntimeWarning, match="overflowed"):
+        out, state = allreduce(comm, g, COMPRESSORS["fp16"](scale=1.0, error_feedback=True))
+    np.testing.assert_array_equal(out, np.full(5, np.float32(1e5) + (p - 1), np.float32))
+    assert not state.residual.any() and not state.server.any()
+    assert_same_bits(out, f"fp16 overflow {spec}")
+
+
+@pytest.mark.parametrize("spec", LAYOUTS)
+def test_requantize_goes_node_aware_where_it_pays(monkeypatch, spec):
+    """At the default NODE_RATIO (1/8), int8 (a quarter of float32's bytes) saves enough between
+    nodes to go node-aware at every layout here, sign (1/32) does not; none always does."""
+    comm, _ = node_comm(monkeypatch, spec, force=False)
+    g = grad(WORLD.rank, 4099, 0, np.float32)
+    with comm:
+        for name, shape in [("int8", "requantize/node"), ("sign", "requantize"), ("none", "sum/node")]:
+            comp = COMPRESSORS[name]()
+            allreduce(comm, g, comp)
+            assert comp.last.shape == shape, (name, spec, comp.last)
