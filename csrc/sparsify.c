@@ -221,19 +221,10 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
         *ties = r - greater;                                                                 \
         return t;                                                                            \
     }                                                                                        \
-    /* Emit element i (at out[*c]) unless it ties t with no ties left; key a = bits of |x[i]|. */ \
-    static inline void emit_##SUF(T *x, size_t i, UT a, UT t, size_t *ties, int64_t *idx,    \
-                                  T *vals, size_t *c, int zero)                              \
+    /* Whether key a is among the top k: above t, or equal to t while ties are left. */      \
+    static inline int take_##SUF(UT a, UT t, size_t *ties)                                   \
     {                                                                                        \
-        if (a == t) {                                                                        \
-            if (!*ties)                                                                      \
-                return;                                                                      \
-            --*ties;                                                                         \
-        }                                                                                    \
-        idx[*c] = (int64_t)i;                                                                \
-        vals[(*c)++] = x[i];                                                                 \
-        if (zero)                                                                            \
-            x[i] = 0;                                                                        \
+        return a > t || (a == t && *ties && (--*ties, 1));                                   \
     }                                                                                        \
     /* The radix select: the k-th largest key from a histogram of the top HBITS bits. */      \
     static int topk_radix_##SUF(const T *x, size_t n, size_t k, UT *t, size_t *ties)         \
@@ -271,11 +262,11 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
         for (uint32_t j = 0; j < TOPK_SAMPLE; j++)                                           \
             s[j] = b[ck_rng_bits(TOPK_SEED, j) % n] & ABSMASK;                               \
         /* e sample elements are expected at or above the k-th largest, with sd <= sqrt(e): \
-         * the sample's (1.25 e + 4 sqrt(e) + 1)-th largest is below it but for ~4 sd. */    \
+         * the sample's (e + 4 sqrt(e) + 1)-th largest is below it but for ~4 sd. */         \
         size_t e = (size_t)(((unsigned __int128)k * TOPK_SAMPLE + n - 1) / n), q = 0;        \
         while ((q + 1) * (q + 1) <= e)                                                       \
             q++;                                                                             \
-        size_t r = e + e / 4 + 4 * q + 1;                                                    \
+        size_t r = e + 4 * q + 1;                                                    \
         if (r > TOPK_SAMPLE) {                                                               \
             free(s);                                                                         \
             return 0;                                                                        \
@@ -285,29 +276,41 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
         /* About r n / TOPK_SAMPLE survive; twice that leaves room for the sample's error. */ \
         size_t cap = (size_t)(((unsigned __int128)2 * r * n) / TOPK_SAMPLE) + 64, c = 0;     \
         int64_t *ci = malloc(cap * sizeof *ci);                                              \
-        UT *ck = malloc(2 * cap * sizeof *ck);                                               \
-        int rc = ci && ck ? 0 : -1;                                                          \
+        T *cv = malloc(cap * sizeof *cv);                                                    \
+        UT *cand = malloc(cap * sizeof *cand);                                               \
+        int rc = ci && cv && cand ? 0 : -1;                                                  \
+        /* Survivors are cleared as they are read (their cache lines are at hand then); the  \
+         * ones not selected are put back afterwards, fewer writes than clearing the top k. */ \
         if (!rc)                                                                             \
             FOR_IN_RANGE(SUF, i, x, n, lo, (UT)ABSMASK, {                                    \
-                if (c == cap) {                                                              \
-                    c = 0; /* far more survive than planned: the sample missed */            \
-                    goto scanned;                                                            \
-                }                                                                            \
+                if (c == cap)                                                                \
+                    goto scanned; /* far more survive than planned: the sample missed */     \
                 ci[c] = (int64_t)i;                                                          \
-                ck[c++] = b[i] & ABSMASK;                                                    \
+                cv[c++] = x[i];                                                              \
+                if (zero)                                                                    \
+                    x[i] = 0;                                                                \
             })                                                                               \
-    scanned:                                                                                 \
         if (c >= k) {                                                                        \
+            const ALIAS *cb = (const ALIAS *)cv;                                             \
             size_t ties, o = 0;                                                              \
-            memcpy(ck + cap, ck, c * sizeof *ck);                                            \
-            UT t = kth_##SUF(ck + cap, c, k, &ties);                                         \
             for (size_t j = 0; j < c; j++)                                                   \
-                if (ck[j] >= t)                                                              \
-                    emit_##SUF(x, (size_t)ci[j], ck[j], t, &ties, idx, vals, &o, zero);      \
+                cand[j] = cb[j] & ABSMASK;                                                   \
+            UT t = kth_##SUF(cand, c, k, &ties);                                             \
+            for (size_t j = 0; j < c; j++)                                                   \
+                if (take_##SUF(cb[j] & ABSMASK, t, &ties)) {                                 \
+                    idx[o] = ci[j];                                                          \
+                    vals[o++] = cv[j];                                                       \
+                } else if (zero)                                                             \
+                    x[ci[j]] = cv[j];                                                        \
             rc = 1;                                                                          \
         }                                                                                    \
+    scanned:                                                                                 \
+        if (rc < 1 && zero)                                                                  \
+            for (size_t j = 0; j < c; j++)                                                   \
+                x[ci[j]] = cv[j];                                                            \
         free(ci);                                                                            \
-        free(ck);                                                                            \
+        free(cv);                                                                            \
+        free(cand);                                                                          \
         return rc;                                                                           \
     }                                                                                        \
     int ck_topk_##SUF(T *x, size_t n, size_t k, int64_t *idx, T *vals, int zero)             \
@@ -332,8 +335,14 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
         size_t ties, c = 0;                                                                  \
         if (topk_radix_##SUF(x, n, k, &t, &ties))                                            \
             return -1;                                                                       \
-        FOR_IN_RANGE(SUF, i, x, n, t, (UT)ABSMASK,                                           \
-                     { emit_##SUF(x, i, ((const ALIAS *)x)[i] & ABSMASK, t, &ties, idx, vals, &c, zero); }) \
+        FOR_IN_RANGE(SUF, i, x, n, t, (UT)ABSMASK, {                                         \
+            if (take_##SUF(((const ALIAS *)x)[i] & ABSMASK, t, &ties)) {                     \
+                idx[c] = (int64_t)i;                                                         \
+                vals[c++] = x[i];                                                            \
+                if (zero)                                                                    \
+                    x[i] = 0;                                                                \
+            }                                                                                \
+        })                                                                                   \
         return 0;                                                                            \
     }                                                                                        \
     CLONES size_t ck_threshold_count_##SUF(const T *x, size_t n, T thr)                      \
