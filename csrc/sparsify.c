@@ -226,6 +226,12 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
     {                                                                                        \
         return a > t || (a == t && *ties && (--*ties, 1));                                   \
     }                                                                                        \
+    /* Put back the c values cv at positions ci of x (survivors cleared but not selected). */ \
+    static void restore_##SUF(T *x, const int64_t *ci, const T *cv, size_t c)                \
+    {                                                                                        \
+        for (size_t j = 0; j < c; j++)                                                       \
+            x[ci[j]] = cv[j];                                                                \
+    }                                                                                        \
     /* The radix select: the k-th largest key from a histogram of the top HBITS bits. */      \
     static int topk_radix_##SUF(const T *x, size_t n, size_t k, UT *t, size_t *ties)         \
     {                                                                                        \
@@ -306,8 +312,7 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
         }                                                                                    \
     scanned:                                                                                 \
         if (rc < 1 && zero)                                                                  \
-            for (size_t j = 0; j < c; j++)                                                   \
-                x[ci[j]] = cv[j];                                                            \
+            restore_##SUF(x, ci, cv, c);                                                     \
         free(ci);                                                                            \
         free(cv);                                                                            \
         free(cand);                                                                          \
@@ -394,25 +399,44 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
         free(s);                                                                             \
         T thr;                                                                               \
         memcpy(&thr, &key, sizeof thr);                                                      \
-        size_t c = ck_threshold_count_##SUF(x, n, thr);                                      \
-        if (c <= k)                                                                          \
-            return (int64_t)ck_threshold_##SUF(x, n, thr, idx, vals, c, zero);               \
-        int64_t *ci = malloc(c * sizeof *ci);                                                \
-        T *cv = malloc(c * sizeof *cv);                                                      \
-        int rc = !ci || !cv;                                                                 \
-        if (!rc) {                                                                           \
-            ck_threshold_##SUF(x, n, thr, ci, cv, c, 0);                                     \
-            rc = ck_topk_##SUF(cv, c, k, idx, vals, 0);                                      \
-        }                                                                                    \
-        if (!rc)                                                                             \
-            for (size_t j = 0; j < k; j++) {                                                 \
-                idx[j] = ci[idx[j]];                                                         \
-                if (zero)                                                                    \
-                    x[idx[j]] = 0;                                                           \
+        /* About k survive; with room for twice that the scan is done once but for a miss. */ \
+        int64_t *ci;                                                                         \
+        T *cv;                                                                               \
+        size_t c;                                                                            \
+        for (size_t cap = 2 * k + 64;; cap = c) {                                            \
+            ci = malloc(cap * sizeof *ci);                                                   \
+            cv = malloc(cap * sizeof *cv);                                                   \
+            if (!ci || !cv) {                                                                \
+                free(ci);                                                                    \
+                free(cv);                                                                    \
+                return -1;                                                                   \
             }                                                                                \
+            c = ck_threshold_##SUF(x, n, thr, ci, cv, cap, zero);                            \
+            if (c <= cap)                                                                    \
+                break;                                                                       \
+            if (zero)                                                                        \
+                restore_##SUF(x, ci, cv, cap);                                               \
+            free(ci);                                                                        \
+            free(cv);                                                                        \
+        }                                                                                    \
+        int rc = 0;                                                                          \
+        if (c <= k) {                                                                        \
+            memcpy(idx, ci, c * sizeof *ci);                                                 \
+            memcpy(vals, cv, c * sizeof *cv);                                                \
+        } else if ((rc = ck_topk_##SUF(cv, c, k, idx, vals, 0)) != 0) {                      \
+            if (zero)                                                                        \
+                restore_##SUF(x, ci, cv, c);                                                 \
+        } else                                                                               \
+            /* idx holds positions among the survivors, ascending: map them to x, and put   \
+             * back the survivors not selected. */                                           \
+            for (size_t j = 0, o = 0; j < c; j++)                                            \
+                if (o < k && idx[o] == (int64_t)j)                                           \
+                    idx[o++] = ci[j];                                                        \
+                else if (zero)                                                               \
+                    x[ci[j]] = cv[j];                                                        \
         free(ci);                                                                            \
         free(cv);                                                                            \
-        return rc ? -1 : (int64_t)k;                                                         \
+        return rc ? -1 : (int64_t)(c < k ? c : k);                                           \
     }                                                                                        \
     size_t ck_randk_##SUF(T *x, size_t n, uint32_t thr, uint64_t seed, T *vals, size_t cap,  \
                           int zero)                                                          \

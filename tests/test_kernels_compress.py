@@ -382,9 +382,15 @@ def test_topk_sampled_and_fallback(dtype, case, k):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("n", [1, 1001, 20_011])
-def test_approx_topk(dtype, n):
+@pytest.mark.parametrize("n", [1, 1001, 20_011, BIG])
+@pytest.mark.parametrize("case", ["gradient", "ties", "all_equal"])
+def test_approx_topk(dtype, n, case):
+    """Survivors of the sampled threshold fewer than k, more, and far more (all tied)."""
     x = data(n, dtype)
+    if case == "ties":
+        x[::3] = 1e3
+    elif case == "all_equal":
+        x[:] = 1.5
     k = max(1, n // 100)
     outs = run_both("approx_topk", lambda: (x.copy(), k, 1000, 3, np.zeros(k, np.int64),
                                             np.zeros(k, dtype), True))
