@@ -427,6 +427,22 @@ def test_threshold(dtype, n):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("case", ["gradient", "sample_hit"])
+def test_sparsifiers_without_zero_leave_x(dtype, case):
+    """With zero unset no selection writes x (compress relies on it to skip a copy)."""
+    x = data(BIG, dtype)
+    if case == "sample_hit":
+        x = sample_hit(x)
+    k = BIG // 100
+    for impl in IMPLS:
+        y = x.copy()
+        impl.topk(y, k, np.empty(k, np.int64), np.empty(k, dtype))
+        impl.approx_topk(y, k, 1000, 3, np.empty(k, np.int64), np.empty(k, dtype))
+        impl.threshold(y, 1.5, np.empty(k, np.int64), np.empty(k, dtype))
+        bits_equal(y, x)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("thr", [0.0, -0.0, -1.0, 1e-40, 3.0, np.inf, np.nan])
 def test_threshold_edges(dtype, thr):
     """Zero, negative, subnormal, infinite and NaN thresholds on data with infinities."""
