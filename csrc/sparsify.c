@@ -134,7 +134,8 @@ static void randk_masks(uint64_t seed, uint32_t thr, size_t i0, size_t nb, uint1
         for (size_t b = 0; b < nb; b++) {                                                    \
             unsigned out = 0;                                                                \
             for (unsigned j = 0; j < 16; j += 256 / W) {                                     \
-                __m256i v = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(u + 16 * b + j)), a); \
+                __m256i v = _mm256_loadu_si256((const __m256i *)(u + 16 * b + j));           \
+                v = _mm256_and_si256(v, a);                                                  \
                 __m256i d = _mm256_xor_si256(_mm256_sub_epi##W(v, l), f);                    \
                 out |= (unsigned)_mm256_movemask_##P(                                        \
                            _mm256_castsi256_##P(_mm256_cmpgt_epi##W(d, s))) << j;             \
@@ -172,7 +173,7 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
 #define TOPK_MIN_N 65536
 #define TOPK_MAX_FRACTION 16
 
-#define SPARSE(SUF, T, UT, ALIAS, ABSMASK, INFKEY)                                                   \
+#define SPARSE(SUF, T, UT, ALIAS, ABSMASK, INFKEY)                                           \
     /* The r-th largest (r >= 1) of a[0..m), reordering a; Hoare partition, median of 3. */  \
     static UT select_##SUF(UT *a, size_t m, size_t r)                                        \
     {                                                                                        \
@@ -226,6 +227,19 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
     {                                                                                        \
         return a > t || (a == t && *ties && (--*ties, 1));                                   \
     }                                                                                        \
+    /* Keep x[i] as the c-th selected (its index too unless idx is NULL) while c < cap. */   \
+    static inline void keep_##SUF(T *x, size_t i, int64_t *idx, T *vals, size_t *c,          \
+                                  size_t cap, int zero)                                      \
+    {                                                                                        \
+        if (*c < cap) {                                                                      \
+            if (idx)                                                                         \
+                idx[*c] = (int64_t)i;                                                        \
+            vals[*c] = x[i];                                                                 \
+            if (zero)                                                                        \
+                x[i] = 0;                                                                    \
+        }                                                                                    \
+        ++*c;                                                                                \
+    }                                                                                        \
     /* Put back the c values cv at positions ci of x (survivors cleared but not selected). */ \
     static void restore_##SUF(T *x, const int64_t *ci, const T *cv, size_t c)                \
     {                                                                                        \
@@ -257,28 +271,36 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
         free(cand);                                                                          \
         return 0;                                                                            \
     }                                                                                        \
+    /* *key = the r-th largest |x| bits of ns drawn at rng.h positions (bits mod n); -1 out of \
+     * memory. */                                                                            \
+    static int sample_kth_##SUF(const T *x, size_t n, size_t ns, uint64_t seed, size_t r,    \
+                                UT *key)                                                     \
+    {                                                                                        \
+        const ALIAS *b = (const ALIAS *)x;                                                   \
+        UT *s = malloc(ns * sizeof *s);                                                      \
+        if (!s)                                                                              \
+            return -1;                                                                       \
+        for (size_t j = 0; j < ns; j++)                                                      \
+            s[j] = b[ck_rng_bits(seed, (uint32_t)j) % n] & ABSMASK;                          \
+        *key = select_##SUF(s, ns, r);                                                       \
+        free(s);                                                                             \
+        return 0;                                                                            \
+    }                                                                                        \
     /* The sampled select: 1 when it wrote the top k, 0 when the sample missed (survivors     \
      * fewer than k or more than planned), -1 out of memory. */                              \
     static int topk_sampled_##SUF(T *x, size_t n, size_t k, int64_t *idx, T *vals, int zero) \
     {                                                                                        \
-        const ALIAS *b = (const ALIAS *)x;                                                   \
-        UT *s = malloc(TOPK_SAMPLE * sizeof *s);                                             \
-        if (!s)                                                                              \
-            return -1;                                                                       \
-        for (uint32_t j = 0; j < TOPK_SAMPLE; j++)                                           \
-            s[j] = b[ck_rng_bits(TOPK_SEED, j) % n] & ABSMASK;                               \
         /* e sample elements are expected at or above the k-th largest, with sd <= sqrt(e): \
          * the sample's (e + 4 sqrt(e) + 1)-th largest is below it but for ~4 sd. */         \
         size_t e = (size_t)(((unsigned __int128)k * TOPK_SAMPLE + n - 1) / n), q = 0;        \
         while ((q + 1) * (q + 1) <= e)                                                       \
             q++;                                                                             \
-        size_t r = e + 4 * q + 1;                                                    \
-        if (r > TOPK_SAMPLE) {                                                               \
-            free(s);                                                                         \
+        size_t r = e + 4 * q + 1;                                                            \
+        UT lo;                                                                               \
+        if (r > TOPK_SAMPLE)                                                                 \
             return 0;                                                                        \
-        }                                                                                    \
-        UT lo = select_##SUF(s, TOPK_SAMPLE, r);                                             \
-        free(s);                                                                             \
+        if (sample_kth_##SUF(x, n, TOPK_SAMPLE, TOPK_SEED, r, &lo))                          \
+            return -1;                                                                       \
         /* About r n / TOPK_SAMPLE survive; twice that leaves room for the sample's error. */ \
         size_t cap = (size_t)(((unsigned __int128)2 * r * n) / TOPK_SAMPLE) + 64, c = 0;     \
         int64_t *ci = malloc(cap * sizeof *ci);                                              \
@@ -291,10 +313,7 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
             FOR_IN_RANGE(SUF, i, x, n, lo, (UT)ABSMASK, {                                    \
                 if (c == cap)                                                                \
                     goto scanned; /* far more survive than planned: the sample missed */     \
-                ci[c] = (int64_t)i;                                                          \
-                cv[c++] = x[i];                                                              \
-                if (zero)                                                                    \
-                    x[i] = 0;                                                                \
+                keep_##SUF(x, i, ci, cv, &c, cap, zero);                                     \
             })                                                                               \
         if (c >= k) {                                                                        \
             const ALIAS *cb = (const ALIAS *)cv;                                             \
@@ -341,12 +360,8 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
         if (topk_radix_##SUF(x, n, k, &t, &ties))                                            \
             return -1;                                                                       \
         FOR_IN_RANGE(SUF, i, x, n, t, (UT)ABSMASK, {                                         \
-            if (take_##SUF(((const ALIAS *)x)[i] & ABSMASK, t, &ties)) {                     \
-                idx[c] = (int64_t)i;                                                         \
-                vals[c++] = x[i];                                                            \
-                if (zero)                                                                    \
-                    x[i] = 0;                                                                \
-            }                                                                                \
+            if (take_##SUF(((const ALIAS *)x)[i] & ABSMASK, t, &ties))                       \
+                keep_##SUF(x, i, idx, vals, &c, k, zero);                                    \
         })                                                                                   \
         return 0;                                                                            \
     }                                                                                        \
@@ -368,15 +383,8 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
             return 0;                                                                        \
         if (thr > 0)                                                                         \
             memcpy(&lo, &thr, sizeof lo);                                                    \
-        FOR_IN_RANGE(SUF, i, x, n, lo, (UT)INFKEY, {                                         \
-            if (c < cap) {                                                                   \
-                idx[c] = (int64_t)i;                                                         \
-                vals[c] = x[i];                                                              \
-                if (zero)                                                                    \
-                    x[i] = 0;                                                                \
-            }                                                                                \
-            c++;                                                                             \
-        })                                                                                   \
+        FOR_IN_RANGE(SUF, i, x, n, lo, (UT)INFKEY,                                           \
+                     { keep_##SUF(x, i, idx, vals, &c, cap, zero); })                        \
         return c;                                                                            \
     }                                                                                        \
     int64_t ck_approx_topk_##SUF(T *x, size_t n, size_t k, size_t nsample, uint64_t seed,    \
@@ -387,16 +395,11 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
         if (nsample == 0 || k >= n)                                                          \
             return ck_topk_##SUF(x, n, k < n ? k : n, idx, vals, zero) ? -1                  \
                                                                        : (int64_t)(k < n ? k : n); \
-        const ALIAS *b = (const ALIAS *)x;                                                   \
-        UT *s = malloc(nsample * sizeof *s);                                                 \
-        if (!s)                                                                              \
-            return -1;                                                                       \
-        for (size_t j = 0; j < nsample; j++)                                                 \
-            s[j] = b[ck_rng_bits(seed, j) % n] & ABSMASK;                                    \
         /* The sample's ceil(k * nsample / n)-th largest estimates the k-th largest. */      \
         size_t r = (size_t)(((unsigned __int128)k * nsample + n - 1) / n);                   \
-        UT key = select_##SUF(s, nsample, r);                                                \
-        free(s);                                                                             \
+        UT key;                                                                              \
+        if (sample_kth_##SUF(x, n, nsample, seed, r, &key))                                  \
+            return -1;                                                                       \
         T thr;                                                                               \
         memcpy(&thr, &key, sizeof thr);                                                      \
         /* About k survive; with room for twice that the scan is done once but for a miss. */ \
@@ -442,14 +445,7 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
                           int zero)                                                          \
     {                                                                                        \
         size_t c = 0;                                                                        \
-        FOR_KEPT(i, n, thr, seed, {                                                          \
-            if (c < cap) {                                                                   \
-                vals[c] = x[i];                                                              \
-                if (zero)                                                                    \
-                    x[i] = 0;                                                                \
-            }                                                                                \
-            c++;                                                                             \
-        })                                                                                   \
+        FOR_KEPT(i, n, thr, seed, { keep_##SUF(x, i, NULL, vals, &c, cap, zero); })          \
         return c;                                                                            \
     }                                                                                        \
     void ck_randk_scatter_add_##SUF(T *dst, size_t n, uint32_t thr, uint64_t seed,           \
