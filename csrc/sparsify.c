@@ -79,6 +79,8 @@ static void randk_masks(uint64_t seed, uint32_t thr, size_t i0, size_t nb, uint1
         randk_masks_generic(seed, thr, i0, nb, masks);
 }
 
+/* ---- visiting the selected elements, 16 mask bits at a time ------------------------- */
+
 #define CHUNK 4096 /* elements whose masks are made at a time */
 
 /* Run BODY with i set to each index below n whose mask bit is set, in increasing order.  FILL
