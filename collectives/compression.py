@@ -279,7 +279,8 @@ class _Sparse(Compressor):
         """(payload = (idx, vals), ctx); the residual keeps what was not selected."""
         x = _flat(x)
         if residual is None:
-            idx, vals = self._select(x.copy(), seed, False)
+            # With zero unset the kernels only read x; a read-only x still needs a copy for them.
+            idx, vals = self._select(x if x.flags.writeable else x.copy(), seed, False)
         else:
             residual += x
             idx, vals = self._select(residual, seed, True)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from collectives import kernels
-from collectives._compress_numpy import rng_uniform
+from collectives._compress_numpy import rng_bits, rng_uniform
 from tests.single_process import one_rank  # noqa: F401 (autouse fixture)
 
 NATIVE = kernels.native
@@ -322,15 +322,10 @@ def topk_definition(x, k):
     return np.sort(order[:k])
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("n", LENGTHS)
-@pytest.mark.parametrize("frac", [0.0, 0.01, 0.3, 1.0])
-def test_topk(dtype, n, frac):
-    x = data(n, dtype)
-    x[::5] = x[:1]   # many ties
-    k = int(round(frac * n)) if frac < 1 else n + 3
-    m = min(k, n)
-    outs = run_both("topk", lambda: (x.copy(), k, np.empty(m, np.int64), np.empty(m, dtype), True))
+def check_topk(x, k):
+    """Both implementations select the definition's top k of x, and zero exactly those."""
+    m = min(k, len(x))
+    outs = run_both("topk", lambda: (x.copy(), k, np.empty(m, np.int64), np.empty(m, x.dtype), True))
     assert_same(outs)
     _, (xz, _, idx, vals, _) = outs[0]
     want = topk_definition(x, m)
@@ -342,9 +337,60 @@ def test_topk(dtype, n, frac):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("n", [1, 1001, 20_011])
-def test_approx_topk(dtype, n):
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("frac", [0.0, 0.01, 0.3, 1.0])
+def test_topk(dtype, n, frac):
     x = data(n, dtype)
+    x[::5] = x[:1]   # many ties
+    check_topk(x, int(round(frac * n)) if frac < 1 else n + 3)
+
+
+# The native top-k estimates its threshold from 8192 elements at these positions when
+# n >= 65536 and k <= n / 16 (csrc/sparsify.c); below, data that makes the estimate hold and
+# data that makes it miss (too few survivors, or far too many), so both paths run.
+TOPK_SAMPLE_SEED, TOPK_SAMPLE, BIG = 0x746F706B, 8192, 70_001
+
+
+def sample_hit(x):
+    """x with every sampled position made larger than all others: too few survive the estimate."""
+    x = x.copy()
+    pos = rng_bits(TOPK_SAMPLE_SEED, 0, TOPK_SAMPLE).astype(np.int64) % len(x)
+    x[pos] = np.abs(x).max() * 2 + pos
+    return x
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("case", ["gradient", "ties", "sample_hit", "all_equal", "zeros",
+                                  "few_huge", "binary"])
+@pytest.mark.parametrize("k", [1, 7, BIG // 100, BIG // 16, BIG // 16 + 1, BIG // 3, BIG - 1])
+def test_topk_sampled_and_fallback(dtype, case, k):
+    x = data(BIG, dtype, seed=1)
+    if case == "ties":
+        x[::3] = x[7]
+    elif case == "sample_hit":
+        x = sample_hit(x)
+    elif case == "all_equal":
+        x[:] = -2.5
+    elif case == "zeros":
+        x[:] = 0
+        x[BIG // 2:: 997] = -0.0
+    elif case == "few_huge":
+        x[[5, 40_000, BIG - 1]] = [1e30, -1e30, 1e30]
+    elif case == "binary":
+        x = np.where(np.arange(BIG) % 101 == 0, x, x[0]).astype(dtype)
+    check_topk(x, k)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", [1, 1001, 20_011, BIG])
+@pytest.mark.parametrize("case", ["gradient", "ties", "all_equal"])
+def test_approx_topk(dtype, n, case):
+    """Survivors of the sampled threshold fewer than k, more, and far more (all tied)."""
+    x = data(n, dtype)
+    if case == "ties":
+        x[::3] = 1e3
+    elif case == "all_equal":
+        x[:] = 1.5
     k = max(1, n // 100)
     outs = run_both("approx_topk", lambda: (x.copy(), k, 1000, 3, np.zeros(k, np.int64),
                                             np.zeros(k, dtype), True))
@@ -378,6 +424,40 @@ def test_threshold(dtype, n):
     np.testing.assert_array_equal(idx, want[:cap])
     np.testing.assert_array_equal(vals, x[want[:cap]])
     assert np.all(xz[want[:cap]] == 0) and np.all(xz[want[cap:]] == x[want[cap:]])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("case", ["gradient", "sample_hit"])
+def test_sparsifiers_without_zero_leave_x(dtype, case):
+    """With zero unset no selection writes x (compress relies on it to skip a copy)."""
+    x = data(BIG, dtype)
+    if case == "sample_hit":
+        x = sample_hit(x)
+    k = BIG // 100
+    for impl in IMPLS:
+        y = x.copy()
+        impl.topk(y, k, np.empty(k, np.int64), np.empty(k, dtype))
+        impl.approx_topk(y, k, 1000, 3, np.empty(k, np.int64), np.empty(k, dtype))
+        impl.threshold(y, 1.5, np.empty(k, np.int64), np.empty(k, dtype))
+        bits_equal(y, x)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("thr", [0.0, -0.0, -1.0, 1e-40, 3.0, np.inf, np.nan])
+def test_threshold_edges(dtype, thr):
+    """Zero, negative, subnormal, infinite and NaN thresholds on data with infinities."""
+    x = data(20_011, dtype)
+    x[[3, 4096, 20_010]] = [np.inf, -np.inf, np.finfo(dtype).tiny / 4]
+    want = np.flatnonzero(np.abs(x) >= dtype(thr))
+    for impl in IMPLS:
+        assert impl.threshold_count(x, thr) == len(want)
+    outs = run_both("threshold", lambda: (x.copy(), thr, np.empty(len(want), np.int64),
+                                          np.empty(len(want), dtype), True))
+    assert_same(outs)
+    c, (xz, _, idx, vals, _) = outs[0]
+    assert c == len(want)
+    np.testing.assert_array_equal(idx, want)
+    np.testing.assert_array_equal(vals, x[want])
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
