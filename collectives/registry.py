@@ -78,7 +78,7 @@ ALGORITHMS = {
         Algorithm("allreduce_binomial"),
         Algorithm("allreduce_round_robin", reads_in=True),
         Algorithm("allreduce_recursive_doubling"),
-        Algorithm("allreduce_rabenseifner"),
+        Algorithm("allreduce_rabenseifner", reads_in=True),
         Algorithm("allreduce_ring", reads_in=True),
         Algorithm("allreduce_ring_segmented", reads_in=True),
     ],
@@ -96,7 +96,7 @@ ALGORITHMS = {
     ],
     "reduce_scatter": [
         Algorithm("reduce_scatter_ring", reads_in=True),
-        Algorithm("reduce_scatter_recursive_halving"),
+        Algorithm("reduce_scatter_recursive_halving", reads_in=True),
         Algorithm("reduce_scatter_pairwise", reads_in=True),
     ],
     "gather": [
