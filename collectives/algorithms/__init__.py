@@ -4,7 +4,9 @@ A builder appends one rank's steps to a ``collectives.schedule.Schedule``; see t
 ``collectives.registry`` for which exist and when each is used.  Buffer conventions
 (ACC, TMP, IN from collectives.schedule), by collective:
 
-* allreduce(s, count): ACC holds this rank's input and ends holding the result.
+* allreduce(s, count): this rank's input is in IN for an algorithm marked ``reads_in`` in
+  collectives.registry (IN may be ACC itself, in place), else in ACC; ACC ends holding the
+  result.
 * bcast(s, nbytes, root): ACC everywhere; the root's holds the data.
 * reduce(s, count, root): IN is this rank's input; ACC is the result, at the root only
   (None elsewhere: non-roots never touch ACC).  IN and ACC may be the same memory at the root.
