@@ -1297,10 +1297,16 @@ cdef class Fast:
                 self.done(pl)
                 return True
             self.agree(REDUCE_SCATTER, pl, nf, ("dtype", "op"), True)
+            if not total or p == 1:
+                # Nothing to reduce; in place at p = 1 the block is copied onto itself.
+                memmove(recv.ptr, send.ptr + start * send.size, cnt[self.rank] * send.size)
+                self.done(pl)
+                return True
+            # ACC is scratch: in place, recvbuf past the rank's own block must stay untouched.
             acc = self.scratch(True, total * send.size)
-            memcpy(acc, send.ptr, total * send.size)
-            if total and p > 1:
-                self.launch(REDUCE_SCATTER, pl, acc, NULL, recv.dtype, opc)
+            if not pl.reads_in:
+                memcpy(acc, send.ptr, total * send.size)
+            self.launch(REDUCE_SCATTER, pl, acc, send.ptr, recv.dtype, opc)
             memcpy(recv.ptr, acc + start * send.size, cnt[self.rank] * send.size)
             self.done(pl)
             return True

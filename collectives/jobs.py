@@ -283,12 +283,15 @@ def reduce_scatter(comm, sendbuf, recvbuf, counts, op, algorithm, name):
             return
         if comm.check:
             agree(comm, "reduce_scatter", algo, **fields)
-        # The schedule writes every block of its buffer; in place, MPI leaves recvbuf past
-        # the rank's own result (which lands at its start) untouched, so it runs on a copy.
+        # The schedule writes every block of ACC; in place, MPI leaves recvbuf past the
+        # rank's own result (which lands at its start) untouched, so ACC is scratch, and an
+        # algorithm that reads IN takes sendbuf where it lies instead of a copy in ACC.
         acc = buffer(comm, "acc", send.nbytes).view(send.dtype)
-        np.copyto(acc, send)
+        reads_in = algo.reads_in and total and p > 1
+        if not reads_in:
+            np.copyto(acc, send)
         if total and p > 1:
-            execute(comm, algo, (counts,), acc, None, dt, opc, "reduce_scatter")
+            execute(comm, algo, (counts,), acc, send if reads_in else None, dt, opc, "reduce_scatter")
         recv[:counts[r]] = acc[start:start + counts[r]]
     return job
 

@@ -41,7 +41,8 @@ class Algorithm:
         self.node_aware = node_aware
         self.restriction = restriction
         self.why = why
-        # An all-reduce that reads IN itself; the others get the input copied into ACC first.
+        # Reads its input from IN itself (an all-reduce or reduce-scatter); the others get
+        # the input copied into ACC first.
         self.reads_in = reads_in
 
     def applies(self, size, count, uniform, nbytes=0):
@@ -77,7 +78,7 @@ ALGORITHMS = {
         Algorithm("allreduce_binomial"),
         Algorithm("allreduce_round_robin", reads_in=True),
         Algorithm("allreduce_recursive_doubling"),
-        Algorithm("allreduce_rabenseifner"),
+        Algorithm("allreduce_rabenseifner", reads_in=True),
         Algorithm("allreduce_ring", reads_in=True),
         Algorithm("allreduce_ring_segmented", reads_in=True),
     ],
@@ -94,9 +95,9 @@ ALGORITHMS = {
         Algorithm("allgather_pairwise"),
     ],
     "reduce_scatter": [
-        Algorithm("reduce_scatter_ring"),
-        Algorithm("reduce_scatter_recursive_halving"),
-        Algorithm("reduce_scatter_pairwise"),
+        Algorithm("reduce_scatter_ring", reads_in=True),
+        Algorithm("reduce_scatter_recursive_halving", reads_in=True),
+        Algorithm("reduce_scatter_pairwise", reads_in=True),
     ],
     "gather": [
         Algorithm("gather_linear"),

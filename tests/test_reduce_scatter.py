@@ -114,6 +114,32 @@ def test_ireduce_scatter(comm, mpi_comm, algorithm):
     assert_everywhere(mpi_comm, assert_close, gotb, wantb, np.float32, p, "Ireduce_scatter_block")
 
 
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_reduce_scatter_leaves_the_rest(comm, mpi_comm, algorithm):
+    """sendbuf is never written, and recvbuf past the rank's block keeps its contents, out of
+    place and in place, blocking and nonblocking (the job path under COLLECTIVES_PUREPYTHON=1)."""
+    p, r = comm.size, comm.rank
+    for counts in (_uneven(p), [1000 + 7 * i for i in range(p)]):
+        send = make_data(np.int64, "sum", sum(counts), r)
+        want = _want(mpi_comm, send, counts, np.int64, "sum")
+        mine = counts[r]
+        for name, call in (("Reduce_scatter", comm.Reduce_scatter),
+                           ("Ireduce_scatter", lambda *a, **k: comm.Ireduce_scatter(*a, **k).wait())):
+            what = f"{name} {algorithm} counts={counts}"
+            kept = send.copy()
+            got = np.full(mine + 5, -3, np.int64)
+            call(send, got, counts, algorithm=algorithm)
+            assert_everywhere(mpi_comm, assert_close, send, kept, np.int64, p, what + ": sendbuf written")
+            assert_everywhere(mpi_comm, assert_close, got[:mine], want, np.int64, p, what)
+            assert_everywhere(mpi_comm, assert_close, got[mine:], np.full(5, -3, np.int64), np.int64, p,
+                              what + ": recvbuf past the block written")
+            inplace = send.copy()
+            call(MPI.IN_PLACE, inplace, counts, algorithm=algorithm)
+            assert_everywhere(mpi_comm, assert_close, inplace[:mine], want, np.int64, p, what + " in place")
+            assert_everywhere(mpi_comm, assert_close, inplace[mine:], send[mine:], np.int64, p,
+                              what + " in place: recvbuf past the block written")
+
+
 def test_reduce_scatter_errors(comm):
     p = comm.size
     with pytest.raises(TypeError, match="dtype"):

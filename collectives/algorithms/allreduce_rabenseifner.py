@@ -27,7 +27,7 @@ def cost(p, n, alpha, beta, gamma):
 
 
 def allreduce_rabenseifner(s, count):
-    """All-reduce ACC in place: recursive-halving reduce-scatter, recursive-doubling all-gather."""
+    """All-reduce IN into ACC: recursive-halving reduce-scatter, recursive-doubling all-gather."""
     counts = Fold(s.rank, s.size).virtual_counts(count)
     reduce_scatter_recursive_halving(s, counts, fold_out=False)
     allgather_recursive_doubling(s, counts, fold_in=False)

@@ -9,7 +9,7 @@ whatever p; the latency term grows with p, so small messages prefer recursive do
 
 Cost: 2 (p-1) alpha + 2 ((p-1)/p) n beta + ((p-1)/p) n gamma.
 """
-from ..schedule import IN, blocks
+from ..schedule import blocks
 from .allgather_ring import allgather_ring
 from .reduce_scatter_ring import reduce_scatter_ring
 
@@ -22,5 +22,5 @@ def cost(p, n, alpha, beta, gamma):
 def allreduce_ring(s, count):
     """All-reduce IN into ACC: ring reduce-scatter, then ring all-gather."""
     counts, _ = blocks(count, s.size)
-    reduce_scatter_ring(s, counts, src=IN)
+    reduce_scatter_ring(s, counts)
     allgather_ring(s, counts)

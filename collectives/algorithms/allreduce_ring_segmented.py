@@ -20,7 +20,7 @@ so it is for messages of many segments per block.
 Cost: (p-1) (ceil(n / (p m)) + 1) alpha + 2 ((p-1)/p) n beta + ((p-1)/p) n gamma, m = SEGMENT,
 with most of the gamma term overlapped.
 """
-from ..schedule import IN, blocks
+from ..schedule import blocks
 from .allgather_ring import allgather_ring
 from .reduce_scatter_ring import reduce_scatter_ring
 
@@ -37,5 +37,5 @@ def cost(p, n, alpha, beta, gamma, itemsize=4):
 def allreduce_ring_segmented(s, count):
     """All-reduce IN into ACC: ring reduce-scatter in segments, then ring all-gather."""
     counts, _ = blocks(count, s.size)
-    reduce_scatter_ring(s, counts, SEGMENT, src=IN)
+    reduce_scatter_ring(s, counts, SEGMENT)
     allgather_ring(s, counts)

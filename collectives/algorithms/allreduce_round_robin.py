@@ -16,7 +16,7 @@ in one hop: every pair of ranks exchanges a message in each phase, which a ring 
 
 Cost: 2 (p-1) alpha + 2 ((p-1)/p) n beta + ((p-1)/p) n gamma.
 """
-from ..schedule import IN, blocks
+from ..schedule import blocks
 from .allgather_pairwise import allgather_pairwise
 from .reduce_scatter_pairwise import reduce_scatter_pairwise
 
@@ -29,5 +29,5 @@ def cost(p, n, alpha, beta, gamma):
 def allreduce_round_robin(s, count):
     """All-reduce IN into ACC: pairwise reduce-scatter to block owners, pairwise all-gather back."""
     counts, _ = blocks(count, s.size)
-    reduce_scatter_pairwise(s, counts, src=IN)
+    reduce_scatter_pairwise(s, counts)
     allgather_pairwise(s, counts)

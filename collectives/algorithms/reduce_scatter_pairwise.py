@@ -16,12 +16,13 @@ message, keeping the rounds in step).  Each round is one Sendrecv, so it cannot 
 even where MPI_Send waits for the matching receive.  Every rank talks to every other, so
 on a real network it loads all links, where the ring uses neighbours only.
 
-Input: ACC, or with ``src=IN`` the caller's buffer: the blocks sent are read from it, and
-the first fold takes its left operand there, so an all-reduce needs no copy into ACC.
+Input: IN, the caller's buffer, never written: the blocks sent are read from it, and the
+first fold takes its left operand there, so neither the reduce-scatter nor the all-reduce
+copies its input into ACC.
 
 Cost: (p-1) alpha + ((p-1)/p) n beta + ((p-1)/p) n gamma.
 """
-from ..schedule import ACC, TMP, displacements
+from ..schedule import ACC, IN, TMP, displacements
 
 
 def cost(p, n, alpha, beta, gamma):
@@ -29,14 +30,14 @@ def cost(p, n, alpha, beta, gamma):
     return (p - 1) * alpha + (p - 1) / p * n * (beta + gamma)
 
 
-def reduce_scatter_pairwise(s, counts, src=ACC):
-    """Reduce-scatter ``src`` into ACC: in round k, send block r+k to its owner, fold in block r from r-k."""
+def reduce_scatter_pairwise(s, counts):
+    """Reduce-scatter IN into ACC: in round k, send block r+k to its owner, fold in block r from r-k."""
     p, r = s.size, s.rank
     displs = displacements(counts)
     mine = (ACC, displs[r], counts[r])
-    left = src
+    left = IN
     for k in range(1, p):
         to, frm = (r + k) % p, (r - k) % p
-        s.sendrecv(to, (src, displs[to], counts[to]), frm, (TMP, 0, counts[r]))
+        s.sendrecv(to, (IN, displs[to], counts[to]), frm, (TMP, 0, counts[r]))
         s.reduce(mine, (TMP, 0, counts[r]), left=left)
         left = ACC

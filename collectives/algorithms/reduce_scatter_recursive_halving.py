@@ -10,6 +10,9 @@ ranks is a contiguous run of blocks in ACC, so each step is one message each way
 lg pof2 steps v holds the reduced blocks of the real ranks it stands for.  Finally each odd
 rank among the first 2 rem sends rank-1 its block.
 
+Input: IN, the caller's buffer, never written: the fold-in and the first halving step read
+it, and their combines take their left operand there, so no copy of it goes into ACC.
+
 Restrictions: none; blocks may be uneven or empty (uneven blocks make the halves uneven).
 Each block is reduced on one rank only, so combining in receive order needs no symmetry
 between partners to give every reader the same bits.
@@ -18,7 +21,7 @@ Cost: (lg pof2) alpha + ((pof2-1)/pof2) n (beta + gamma) for p a power of two; o
 two more messages, the whole vector in (combined) and a block out: 2 more alpha,
 (1 + 1/p) n more beta and n more gamma.
 """
-from ..schedule import ACC, TMP, displacements
+from ..schedule import ACC, IN, TMP, displacements
 from ._cost import pof2, folded
 from ._fold import Fold
 
@@ -31,7 +34,7 @@ def cost(p, n, alpha, beta, gamma):
 
 
 def reduce_scatter_recursive_halving(s, counts, fold_out=True):
-    """Reduce-scatter ACC in place by recursive halving.
+    """Reduce-scatter IN into ACC by recursive halving.
 
     With ``fold_out=False`` the final hand-back is left out: each virtual rank keeps the
     reduced blocks of every real rank it stands for (what allgather_recursive_doubling
@@ -42,14 +45,17 @@ def reduce_scatter_recursive_halving(s, counts, fold_out=True):
     total = sum(counts)
     displs = displacements(counts) + (total,)
 
-    def span(vlo, vhi):
+    def span(vlo, vhi, buf=ACC):
         a, b = displs[f.first(vlo)], displs[f.first(vhi)]
-        return (ACC, a, b - a)
+        return (buf, a, b - a)
 
-    f.fold_in(s, (ACC, 0, total), (TMP, 0, total))
+    # Partial sums are read from IN until the first combine has written them to ACC.
+    src = IN
+    f.fold_in(s, (IN, 0, total), (TMP, 0, total))
     if f.vrank is not None:
         if f.partner is not None:
-            s.reduce((ACC, 0, total), (TMP, 0, total))
+            s.reduce((ACC, 0, total), (TMP, 0, total), left=IN)
+            src = ACC
         lo, hi = 0, f.pof2
         while hi - lo > 1:
             mid = (lo + hi) // 2
@@ -59,8 +65,9 @@ def reduce_scatter_recursive_halving(s, counts, fold_out=True):
                 keep, give, vpeer = (mid, hi), (lo, mid), f.vrank - (mid - lo)
             kept = span(*keep)
             peer = f.real(vpeer)
-            s.sendrecv(peer, span(*give), peer, (TMP, 0, kept[2]))
-            s.reduce(kept, (TMP, 0, kept[2]))
+            s.sendrecv(peer, span(*give, src), peer, (TMP, 0, kept[2]))
+            s.reduce(kept, (TMP, 0, kept[2]), left=src)
+            src = ACC
             lo, hi = keep
     if fold_out and f.partner is not None:
         q = f.partner

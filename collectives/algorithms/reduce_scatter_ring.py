@@ -13,14 +13,14 @@ Restrictions: none; blocks may be uneven or empty (empty blocks send no message)
 block's reduction order is fixed by the ring, so results do not depend on which rank reads
 them.
 
-Input: ACC, or with ``src=IN`` the caller's buffer, read where each block is first touched
-(the raw block sent in step 0 and the left operand of every combine), so the all-reduce
-needs no copy of its input into ACC: one pass over memory fewer.
+Input: IN, the caller's buffer, never written, read where each block is first touched (the
+raw block sent in step 0 and the left operand of every combine), so neither the
+reduce-scatter nor the all-reduce copies its input into ACC: one pass over memory fewer.
 
 Cost: (p-1) alpha + ((p-1)/p) n beta + ((p-1)/p) n gamma; in segments of m elements,
 (p-1) ceil(n / (p m)) alpha, with the gamma term hidden behind the beta term.
 """
-from ..schedule import ACC, TMP, displacements
+from ..schedule import ACC, IN, TMP, displacements
 
 
 def cost(p, n, alpha, beta, gamma):
@@ -33,8 +33,8 @@ def segments(off, cnt, segment):
     return [(at, min(segment, off + cnt - at)) for at in range(off, off + cnt, segment)]
 
 
-def reduce_scatter_ring(s, counts, segment=None, src=ACC):
-    """Reduce-scatter ``src`` into ACC around the ring, in messages of at most ``segment`` elements."""
+def reduce_scatter_ring(s, counts, segment=None):
+    """Reduce-scatter IN into ACC around the ring, in messages of at most ``segment`` elements."""
     p, r = s.size, s.rank
     displs = displacements(counts)
     segment = segment or max(counts, default=0) or 1
@@ -48,10 +48,10 @@ def reduce_scatter_ring(s, counts, segment=None, src=ACC):
             arrived = None
             if j < len(recvs):
                 off, cnt = recvs[j]
-                arrived = ((ACC, off, cnt), (TMP, (j % 2) * segment, cnt), src)
+                arrived = ((ACC, off, cnt), (TMP, (j % 2) * segment, cnt), IN)
                 s.irecv(left, *arrived[1])
             if j < len(sends):
-                s.isend(right, src if k == 0 else ACC, *sends[j])
+                s.isend(right, IN if k == 0 else ACC, *sends[j])
             if pending:
                 s.reduce(*pending)
             s.waitall()
