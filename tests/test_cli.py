@@ -163,6 +163,26 @@ def test_bad_checkpoint(tmp_path):
               f"{ckpt}: not a checkpoint of this job")
 
 
+def test_diverged_training():
+    """A learning rate that blows the objective up to inf: one error line saying so, status 1."""
+    result = launch("--optimizer", "sgd", "--lr", "1e30", *QUICK)
+    one_error(result, 1, "training diverged: the objective is not finite from epoch ")
+    assert result.stderr.rstrip().endswith("try a smaller --lr (now 1e+30)"), result.stderr
+
+
+def test_diverged_training_keeps_a_finite_checkpoint(tmp_path):
+    """Checkpointing every step while diverging: the run fails, and the checkpoint left behind
+    is the last one whose state was finite, and it loads."""
+    from collectives.train import checkpoint
+
+    path = str(tmp_path / "ckpt.npz")
+    result = launch("--optimizer", "sgd", "--lr", "1e200", "--checkpoint", path, "--checkpoint-every", "1", *QUICK)
+    assert result.returncode == 1 and "training diverged" in result.stderr, result.stderr
+    meta, state = checkpoint.load(path)
+    assert meta["clock"] >= 1
+    assert all(np.isfinite(v).all() for v in state.values() if isinstance(v, np.ndarray) and v.dtype.kind == "f")
+
+
 def test_directory_as_data(tmp_path):
     one_error(launch("--data", str(tmp_path), *QUICK), 1, f"{tmp_path}: not a regular file")
 

@@ -236,6 +236,7 @@ def _run(comm, args):
         return PREEMPTED
     metrics = trainer.metrics()
     with together(comm.comm):
+        trainer.check_finite()
         if comm.rank == 0:
             _report(args, prepared, trainer, w, metrics, classify)
     return 0
@@ -253,7 +254,8 @@ def _train(comm, world, args, classify, options, net):
               f"{args.model} / {args.optimizer} / {args.sync} on {world.size} ranks{grid}")
     # every model rank of the data axis's rank 0 would print the trainer's table: world rank 0 alone does
     quiet = contextlib.redirect_stdout(io.StringIO()) if world.rank and comm.rank == 0 else contextlib.nullcontext()
-    with quiet:
+    # a run that diverges ends with one error line (Trainer.check_finite), not NumPy's warnings
+    with quiet, np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         return trainer.fit(), prepared, trainer
 
 
