@@ -441,8 +441,9 @@ def allreduce(comm, grad, compressor, state=None, average=False, report=None):
     Parameters
     ----------
     comm : collectives.Comm or mpi4py.MPI.Intracomm
-        The communicator.  An Alltoallv on its private duplicate carries the payloads (and
-        an Allgather the sparse counts), so every byte sent is one this call counts.
+        The communicator.  Point-to-point messages on its private duplicates (and, for the
+        sparse shape, an Alltoallv and an Allgather of the counts) carry the payloads, so
+        every byte sent is one this call counts.
     grad : ndarray of float32 or float64
         This rank's gradient (any shape, contiguous).  Not modified.
     compressor : Compressor or str
