@@ -69,8 +69,16 @@ passes: k (N - 1) / N * (payload / vector) >= NODE_RATIO, the bandwidth between 
 the intra-node reduce-scatter/all-gather's (1/8: on a 2 x 2 testbed of 1 Gbit/s links,
 16 MiB, int8 (0.25) ran node-aware in 63 ms against 87 flat, sign (0.03) in 38 against 21).
 The sum shape and the dense fallback move the same vector within and between nodes, so
-they always go node-aware.  Uneven layouts (nodes of different sizes) keep the flat shape.  ``Stats`` count the
-intra-node phases (summation included) as communication, and only bytes sent to other nodes.
+they always go node-aware.  Uneven layouts (nodes of different sizes) keep the flat shape.
+
+Both shapes (the flat one being a single lane of nodes of one rank) run as one pipeline
+(``_pipeline``): each rank's cell (its lane chunk of its shard) is cut into S pieces of whole
+buckets, one segment per SEGMENT_BYTES of the vector, and all messages are nonblocking, so the
+intra-node phases and the (de)compression of one segment overlap the exchange of the
+segments before it between nodes.  Cells, and so the error-feedback residuals, are the same
+whatever S is.  With that overlap ``Stats`` time this rank's compression and decompression
+kernels; communication is the rest of the call's wall time (waiting for messages, the
+intra-node sums); only bytes sent to other nodes count.
 """
 import contextlib
 import time
@@ -81,6 +89,7 @@ from mpi4py import MPI
 
 from . import kernels, node
 from .comm import wrap
+from .executor import buffer
 from ._payload import nbuckets, sign_nbytes
 
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -432,8 +441,9 @@ def allreduce(comm, grad, compressor, state=None, average=False, report=None):
     Parameters
     ----------
     comm : collectives.Comm or mpi4py.MPI.Intracomm
-        The communicator.  An Alltoallv on its private duplicate carries the payloads (and
-        an Allgather the sparse counts), so every byte sent is one this call counts.
+        The communicator.  Point-to-point messages on its private duplicates (and, for the
+        sparse shape, an Alltoallv and an Allgather of the counts) carry the payloads, so
+        every byte sent is one this call counts.
     grad : ndarray of float32 or float64
         This rank's gradient (any shape, contiguous).  Not modified.
     compressor : Compressor or str
@@ -537,64 +547,172 @@ def _across_nodes(comm):
 
 
 def _reduce(comm, nodes, v, compressor, state, seed, stats):
-    """The sum of ``v`` over ``comm`` through ``_requantize``: over all ranks when ``nodes`` is
-    None, else node-aware (intra-node reduce-scatter, ``_requantize`` of this rank's shard
-    across its lane, intra-node all-gather)."""
+    """The sum of ``v`` over ``comm`` through ``_pipeline``: all ranks as one lane when
+    ``nodes`` is None, else node-aware (this rank's node and lane)."""
     if nodes is None:
         if state is not None:
             state.shard = None
-        return _requantize(comm, v, compressor, state, seed, stats)
+        return _pipeline(None, wrap(comm), 0, v, compressor, state, seed, stats)
     at = chunks(len(v), nodes.intra.size, compressor.unit)
-    counts, lo, hi = np.diff(at).tolist(), int(at[nodes.local]), int(at[nodes.local + 1])
-    if state is not None and state.shard != (lo, hi):
+    shard = (int(at[nodes.local]), int(at[nodes.local + 1]))
+    if state is not None and state.shard != shard:
         # The residual may be nonzero outside this rank's shard (left by the flat shape or a
         # checkpoint): fold all of it into this call's sum, which sends it once.
         v = v + state.residual
         state.residual[...] = 0
-        state.shard = (lo, hi)
-    shard = np.empty(hi - lo, v.dtype)
-    with stats.timing("communicate"):
-        nodes.intra.Reduce_scatter(v, shard, counts, MPI.SUM)
-    summed = _requantize(nodes.lane, shard, compressor, state, seed, stats, lo)
-    out = np.empty_like(v)
-    with stats.timing("communicate"):
-        nodes.intra.Allgatherv(summed, [out, (counts, at[:-1].tolist())])
-    return out
+        state.shard = shard
+    return _pipeline(nodes.intra, nodes.lane, nodes.local, v, compressor, state, seed, stats)
 
 
-def _requantize(comm, v, compressor, state, seed, stats, origin=0):
-    """Reduce-scatter then all-gather of ``v`` in compressed chunks (1-bit Adam's shape).
+# Bytes of the vector per pipeline segment: while one segment crosses between nodes, the
+# intra-node phases and the (de)compression of its neighbours run.  Every segment adds
+# handshakes that wait for the peer to be scheduled: on the 2-core testbed (4 ranks, 2 x 2,
+# int8, 16 MiB) segments of 8 MiB ran in 62 ms, of 2 MiB in 81, 512 KiB in 155, one in 69.
+SEGMENT_BYTES = 8 << 20
+# Tags on the private communicators: intra-node sum, lane phases 1 and 2, intra-node share.
+_TAG_SUM, _TAG_SCATTER, _TAG_GATHER, _TAG_SHARE = 60, 61, 62, 63
 
-    Phase 1, reduce-scatter: chunk j of every rank, compressed (with this rank's residual),
-    goes to rank j, which decodes and sums the p of them in rank order.  Phase 2, all-gather:
-    rank j compresses its summed chunk again (with error feedback on that re-quantization
-    when the compressor uses it: the residual ``state.server``) and sends it to every rank;
-    every rank decodes all p.  Each rank sends p - 1 chunk payloads per phase: about twice
-    the payload of the whole vector, whatever p is.  ``v`` is elements [origin, origin +
-    len(v)) of the gradient whose residual ``state`` holds (set up by ``residual_for``).
+
+def segments(n, itemsize, unit, cells):
+    """Pipeline segments for ``n`` elements in ``cells`` cells of whole units: one per
+    SEGMENT_BYTES of the vector, at most the units of a cell."""
+    return max(1, min(-(-n * itemsize // SEGMENT_BYTES), -(-n // unit) // cells))
+
+
+def pieces(n, k, N, S, unit):
+    """Offsets (k, N, S + 1): piece s of cell j of shard l is [o[l, j, s], o[l, j, s + 1]).
+    Shards (one per rank of a node) and their cells (one per rank of a lane) are cut as
+    ``chunks`` cuts them whatever S is, so the error-feedback residuals keep their place."""
+    o = np.empty((k, N, S + 1), np.int64)
+    shards = chunks(n, k, unit)
+    for l in range(k):
+        cells = shards[l] + chunks(int(shards[l + 1] - shards[l]), N, unit)
+        for j in range(N):
+            o[l, j] = cells[j] + chunks(int(cells[j + 1] - cells[j]), S, unit)
+    return o
+
+
+def _post(reqs, coll, arrays, peer, tag, recv=False):
+    """Isend (or Irecv) each non-empty array of ``arrays`` as bytes to (from) ``peer``."""
+    op = coll.Irecv if recv else coll.Isend
+    reqs.extend(op([a.view(np.uint8), MPI.BYTE], peer, tag) for a in arrays if a.nbytes)
+
+
+def _pipeline(intra, lane, local, v, compressor, state, seed, stats):
+    """The sum of ``v`` over the ranks of every node (``intra``; None for one rank per node)
+    and lane (``lane``, whose ranks are the ``local``-th of every node), in S segments.
+
+    Shard l of ``v`` belongs to the node's l-th rank, cell j of a shard to the lane's j-th
+    rank; each cell is cut into S pieces (whole units) and segment s is piece s of every cell.
+    Per segment: (a) the node's ranks send each other the pieces of their shards, each sums its
+    own in node-rank order; (b) phase 1: piece j of that sum, compressed with this rank's
+    residual, goes to lane rank j, which decodes the N it gets in lane order, (c) phase 2:
+    compresses that sum again (error feedback on ``state.server``, its cell) and sends it to
+    the whole lane, where every rank decodes it into the result; (d) the node's ranks send each
+    other the decoded pieces of their shards.  Every message is nonblocking, so (a) of segment
+    s + 1 and (b)-(c) of segments s and s - 1 move while this rank sums and compresses segment
+    s and decodes s - 2.  ``stats``: compress and decompress count this rank's (de)compression
+    kernels, communicate the rest of the call's wall time (waiting for messages, node sums).
     """
-    p, rank = comm.Get_size(), comm.Get_rank()
-    at = chunks(len(v), p, compressor.unit)
-    residual = state.residual[origin:origin + len(v)] if state is not None else None
-    with stats.timing("compress"):
-        parts = [compressor.compress(v[at[j]:at[j + 1]], None if residual is None else residual[at[j]:at[j + 1]],
-                                     _chunk_seed(seed, j)) for j in range(p)]
-    sizes = np.array([sum(a.nbytes for a in payload) for payload, _ in parts], np.int64)
-    mine, ctx = parts[rank]
-    got = _exchange(comm, stats, _pack([a for payload, _ in parts for a in payload]), sizes,
-                    np.concatenate(([0], np.cumsum(sizes)[:-1])), np.full(p, sizes[rank]))
-    acc = np.zeros(at[rank + 1] - at[rank], v.dtype)
-    with stats.timing("decompress"):
-        for buf in got:
-            compressor.decompress_add(acc, _unpack(buf, mine), ctx)
-    server = state.server_for(origin + at[rank], origin + at[rank + 1], v.dtype) if state is not None else None
-    with stats.timing("compress"):
-        summed, _ = compressor.compress(acc, server, _chunk_seed(~seed & _MASK, rank))
-    got = _exchange(comm, stats, _pack(summed), np.full(p, sizes[rank]), np.zeros(p, np.int64), sizes)
-    out = np.zeros_like(v)
-    with stats.timing("decompress"):
-        for j, buf in enumerate(got):
-            compressor.decompress_add(out[at[j]:at[j + 1]], _unpack(buf, parts[j][0]), parts[j][1])
+    N, me = lane.size, lane.rank
+    k = 1 if intra is None else intra.size
+    unit = compressor.unit
+    S = segments(len(v), v.itemsize, unit, k * N)
+    o = pieces(len(v), k, N, S, unit)
+    lens = np.diff(o, axis=2)
+    shard, cell = int(lens[local].sum()), int(lens[local, me].sum())
+    room = buffer(lane, "compression", ((k * shard if k > 1 else 0) + cell) * v.itemsize).view(v.dtype)
+    taken = 0
+
+    def take(m):
+        nonlocal taken
+        taken += m
+        return room[taken - m:taken]
+
+    def piece(a, l, j, s):
+        return a[o[l, j, s]:o[l, j, s + 1]]
+
+    # Per segment: every node rank's pieces of this rank's shard, their sum, the decoded sum of
+    # this rank's cell; scratch reused across calls.
+    parts = [[[piece(v, q, j, s) if q == local else take(lens[local, j, s]) for j in range(N)]
+              for q in range(k)] if k > 1 else None for s in range(S)]
+    total = [[take(lens[local, j, s]) if k > 1 else piece(v, local, j, s) for j in range(N)] for s in range(S)]
+    acc = [take(lens[local, me, s]) for s in range(S)]
+    residual = state.residual if state is not None else None
+    server = state.server_for(int(o[local, me, 0]), int(o[local, me, S]), v.dtype) if state is not None else None
+    peers = [q for q in range(k) if q != local]
+    out = np.empty_like(v)
+    before, start = stats.compress_s + stats.decompress_s, time.perf_counter()
+    summing, first, second, shared = {}, {}, {}, []
+
+    def post_sum(s):                                    # (a)
+        reqs = summing[s] = []
+        for q in peers:
+            _post(reqs, intra._coll, parts[s][q], q, _TAG_SUM, recv=True)
+            _post(reqs, intra._coll, [piece(v, q, j, s) for j in range(N)], q, _TAG_SUM)
+
+    def scatter(s):                                     # (b)
+        MPI.Request.Waitall(summing.pop(s))
+        if k > 1:
+            for j in range(N):
+                np.add(parts[s][0][j], parts[s][1][j], out=total[s][j])
+                for q in range(2, k):
+                    total[s][j] += parts[s][q][j]
+        with stats.timing("compress"):
+            sent = [compressor.compress(total[s][j], None if residual is None else piece(residual, local, j, s),
+                                        _chunk_seed(seed, s * N + j)) for j in range(N)]
+        reqs, got = [], [[np.empty_like(a) for a in sent[me][0]] for _ in range(N)]
+        for i in range(N):
+            if i != me:
+                _post(reqs, lane._coll, got[i], i, _TAG_SCATTER, recv=True)
+                _post(reqs, lane._coll, sent[i][0], i, _TAG_SCATTER)
+                stats.wire_bytes += sum(a.nbytes for a in sent[i][0])
+        got[me] = sent[me][0]
+        first[s] = reqs, sent, got
+
+    def gather(s):                                      # (c)
+        reqs, sent, got = first.pop(s)
+        MPI.Request.Waitall(reqs)
+        acc[s][...] = 0
+        with stats.timing("decompress"):
+            for payload in got:
+                compressor.decompress_add(acc[s], payload, sent[me][1])
+        at = o[local, me, s] - o[local, me, 0]
+        with stats.timing("compress"):
+            summed, _ = compressor.compress(acc[s], None if server is None else server[at:at + len(acc[s])],
+                                            _chunk_seed(~seed & _MASK, s * N + me))
+        reqs, got = [], [summed if i == me else [np.empty_like(a) for a in sent[i][0]] for i in range(N)]
+        for i in range(N):
+            if i != me:
+                _post(reqs, lane._coll, got[i], i, _TAG_GATHER, recv=True)
+                _post(reqs, lane._coll, summed, i, _TAG_GATHER)
+                stats.wire_bytes += sum(a.nbytes for a in summed)
+        second[s] = reqs, sent, got
+
+    def share(s):                                       # (d)
+        reqs, sent, got = second.pop(s)
+        MPI.Request.Waitall(reqs)
+        with stats.timing("decompress"):
+            for j in range(N):
+                dst = piece(out, local, j, s)
+                dst[...] = 0
+                compressor.decompress_add(dst, got[j], sent[j][1])
+        for q in peers:
+            _post(shared, intra._coll, [piece(out, q, j, s) for j in range(N)], q, _TAG_SHARE, recv=True)
+            _post(shared, intra._coll, [piece(out, local, j, s) for j in range(N)], q, _TAG_SHARE)
+
+    post_sum(0)
+    for t in range(S + 2):
+        if t + 1 < S:
+            post_sum(t + 1)
+        if t < S:
+            scatter(t)
+        if 0 <= t - 1 < S:
+            gather(t - 1)
+        if 0 <= t - 2 < S:
+            share(t - 2)
+    MPI.Request.Waitall(shared)
+    stats.communicate_s += time.perf_counter() - start - (stats.compress_s + stats.decompress_s - before)
     return out
 
 

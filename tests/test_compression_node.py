@@ -37,6 +37,15 @@ def node_comm(monkeypatch, spec, force=True):
     return collectives.Comm(WORLD), counts
 
 
+@pytest.fixture(params=["whole", "pieces"])
+def segmented(request, monkeypatch):
+    """"pieces": the pipeline cuts vectors into segments of 256 bytes (several segments from
+    a few hundred elements on, an uneven last one), "whole": the default (one segment here)."""
+    if request.param == "pieces":
+        monkeypatch.setattr(compression, "SEGMENT_BYTES", 256)
+    return request.param
+
+
 def assert_same_bits(out, what):
     """Every rank of COMM_WORLD holds the same bytes: native Allgather of a SHA-256 digest."""
     mine = np.frombuffer(hashlib.sha256(np.ascontiguousarray(out).tobytes()).digest(), np.uint8)
@@ -52,7 +61,7 @@ def rounding(gs, dtype):
 
 @pytest.mark.parametrize("spec", LAYOUTS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_none_is_the_exact_sum(monkeypatch, spec, dtype):
+def test_none_is_the_exact_sum(monkeypatch, segmented, spec, dtype):
     """``none`` across nodes: NumPy's sum of every rank's vector up to summation order."""
     comm, _ = node_comm(monkeypatch, spec)
     with comm:
@@ -92,14 +101,14 @@ def test_summed_shapes_match_the_decoded_sum(monkeypatch, spec, name, ratio):
 @pytest.mark.parametrize("spec", LAYOUTS)
 @pytest.mark.parametrize("name", QUANTIZERS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_quantizers_within_bound(monkeypatch, spec, name, dtype):
+def test_quantizers_within_bound(monkeypatch, segmented, spec, name, dtype):
     """int8, qsgd, fp16 and sign across nodes against NumPy's exact sum, within the flat
     shape's bound of two roundings (a node's sum is no larger than the sum of its ranks'
     magnitudes, so the bound carries over), error feedback off; the node-aware shape ran."""
     comm, _ = node_comm(monkeypatch, spec)
     p, r = WORLD.size, WORLD.rank
     with comm:
-        for n in SIZES:
+        for n in SIZES + [10_007]:
             comp = COMPRESSORS[name](**SETTINGS[name], error_feedback=False)
             gs = [grad(q, n, 0, dtype) for q in range(p)]
             out, state = allreduce(comm, gs[r], comp)
@@ -121,7 +130,7 @@ def lane_bytes(comp, n, counts, itemsize):
 
 @pytest.mark.parametrize("spec", LAYOUTS)
 @pytest.mark.parametrize("name", ["none"] + QUANTIZERS)
-def test_bytes_between_nodes(monkeypatch, spec, name):
+def test_bytes_between_nodes(monkeypatch, segmented, spec, name):
     """wire_bytes is what the lane exchange sends, and a node's ranks together send about
     2 (N - 1) / N of the whole payload: k times less than the flat shape's 2 k (N - 1) / N."""
     comm, counts = node_comm(monkeypatch, spec)
@@ -142,14 +151,14 @@ def test_bytes_between_nodes(monkeypatch, spec, name):
 @pytest.mark.parametrize("spec", LAYOUTS)
 @pytest.mark.parametrize("name,settings", [("sign", {}), ("int8", dict(error_feedback=True)),
                                            ("randk", {})], ids=["sign", "int8", "randk"])
-def test_error_feedback_across_nodes(monkeypatch, spec, name, settings):
+def test_error_feedback_across_nodes(monkeypatch, segmented, spec, name, settings):
     """Residual shapes (whole gradient; the requantizers' residual nonzero only on this rank's
     shard, the server chunk inside it) and, over 4 calls, sum of the results = sum of the
     gradients - every residual: error feedback delays, never loses, across nodes too.  The
     first call starts from a residual nonzero everywhere (as a checkpoint from another rank
     count leaves it), which must be sent, not stranded outside the shard."""
     comm, counts = node_comm(monkeypatch, spec)
-    p, r, n, k = WORLD.size, WORLD.rank, 1001, counts[0]
+    p, r, n, k = WORLD.size, WORLD.rank, 3001, counts[0]
     comp, state = COMPRESSORS[name](**dict(SETTINGS[name], **settings)), ErrorFeedback()
     state.residual = grad(r, n, 99, np.float64)
     got, true = np.zeros(n), sum(grad(q, n, 99, np.float64) for q in range(p))
@@ -177,7 +186,7 @@ def test_error_feedback_across_nodes(monkeypatch, spec, name, settings):
 
 @pytest.mark.parametrize("flat", ["one node", "one rank per node", "uneven"])
 @pytest.mark.parametrize("name", ["none", "int8"])
-def test_flat_shape_otherwise(monkeypatch, flat, name):
+def test_flat_shape_otherwise(monkeypatch, segmented, flat, name):
     """One node, nodes of one rank, and uneven nodes keep the flat shape and its bytes."""
     p = WORLD.size
     spec = {"one node": f"1x{p}", "one rank per node": f"{p}x1", "uneven": f"{p - 1},1"}[flat]
@@ -190,6 +199,9 @@ def test_flat_shape_otherwise(monkeypatch, flat, name):
         out, _ = allreduce(comm, gs[WORLD.rank], comp)
     assert comp.last.shape == comp.shape, comp.last
     assert comp.last.wire_bytes == reduce_scatter_bytes(comp, 4099, p, WORLD.rank, 4)
+    if name == "int8":
+        bound = error_bound(name, gs, comp) + rounding(gs, np.float32)
+        assert np.all(np.abs(out - sum(g.astype(np.float64) for g in gs)) <= bound)
     if name == "none":
         assert np.all(np.abs(out - np.sum(gs, axis=0, dtype=np.float64)) <= rounding(gs, np.float32))
     assert_same_bits(out, f"{name} {spec}")
@@ -220,3 +232,61 @@ def test_requantize_goes_node_aware_where_it_pays(monkeypatch, spec):
             comp = COMPRESSORS[name]()
             allreduce(comm, g, comp)
             assert comp.last.shape == shape, (name, spec, comp.last)
+
+
+@pytest.mark.parametrize("n,k,N,S,unit", [(0, 2, 2, 1, 64), (1, 2, 2, 1, 64), (4099, 2, 2, 3, 64),
+                                          (10_007, 3, 2, 5, 64), (10_007, 2, 4, 7, 1), (100, 4, 2, 9, 8)])
+def test_pieces_keep_shards_and_cells(n, k, N, S, unit):
+    """Pieces tile the vector in order and cut every cell into S runs of whole units, the cells
+    being the shards' lane chunks whatever S is: the error-feedback residuals keep their place."""
+    o = compression.pieces(n, k, N, S, unit)
+    shards = np.cumsum([0] + chunk_sizes(n, k, unit))
+    for l in range(k):
+        cells = shards[l] + np.cumsum([0] + chunk_sizes(int(shards[l + 1] - shards[l]), N, unit))
+        np.testing.assert_array_equal(o[l, :, 0], cells[:-1])
+        np.testing.assert_array_equal(o[l, :, -1], cells[1:])
+    flat = o[:, :, :-1].reshape(-1, S).ravel()
+    assert flat[0] == 0 and o[-1, -1, -1] == n
+    ends = o[:, :, 1:].reshape(-1)
+    np.testing.assert_array_equal(flat[1:], ends[:-1])
+    assert np.all(np.diff(o, axis=2) >= 0)
+    assert all(e % unit == 0 for e in ends if e != n)
+
+
+def test_segments_from_size(monkeypatch):
+    """One segment per SEGMENT_BYTES of the vector, at most a cell's units, at least one."""
+    monkeypatch.setattr(compression, "SEGMENT_BYTES", 1 << 20)
+    assert compression.segments(4 << 20, 4, 512, 4) == 16
+    assert compression.segments((4 << 20) + 1, 4, 512, 4) == 17
+    assert compression.segments(4 << 20, 8, 512, 4) == 32
+    assert compression.segments(4096, 4, 512, 4) == 1
+    assert compression.segments(1000, 4, 512, 4) == 1
+    assert compression.segments(0, 4, 512, 4) == 1
+    monkeypatch.setattr(compression, "SEGMENT_BYTES", 256)
+    assert compression.segments(4099, 4, 64, 4) == 16
+    assert compression.segments(4099, 4, 64, 8) == 8
+
+
+@pytest.mark.parametrize("spec", LAYOUTS)
+@pytest.mark.parametrize("name", ["none", "int8", "fp16"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_many_segments(monkeypatch, spec, name, dtype):
+    """Vectors of many segments (uneven last one; shorter than a bucket): the exact sum for
+    none, within the bound for int8 and fp16, same bits everywhere, the lane bytes of one
+    segment, and the same residual layout under error feedback."""
+    comm, counts = node_comm(monkeypatch, spec)
+    monkeypatch.setattr(compression, "SEGMENT_BYTES", 1024)
+    p, r = WORLD.size, WORLD.rank
+    with comm:
+        for n in [33, 4099, 100_003]:
+            comp = COMPRESSORS[name](**SETTINGS.get(name, {}), error_feedback=False)
+            S = compression.segments(n, np.dtype(dtype).itemsize, comp.unit, p)
+            assert (S > 1) == (n > 33), (n, S)
+            gs = [grad(q, n, 0, dtype) for q in range(p)]
+            out, _ = allreduce(comm, gs[r], comp)
+            err = np.abs(out - sum(g.astype(np.float64) for g in gs))
+            bound = rounding(gs, dtype) + (error_bound(name, gs, comp) if name != "none" else 0)
+            what = f"{name} {spec} n={n} S={S}: worst excess {np.max(err - bound, initial=0)}"
+            assert np.all(err <= bound), what
+            assert comp.last.wire_bytes == lane_bytes(comp, n, counts, np.dtype(dtype).itemsize), what
+            assert_same_bits(out, what)
