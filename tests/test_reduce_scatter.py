@@ -33,7 +33,7 @@ def _uneven(p):
 def test_reduce_scatter_block(comm, mpi_comm, algorithm, dtype):
     p, r = comm.size, comm.rank
     for n in sizes(p, algorithm, dtype.itemsize * p):
-        for op in ops_at(dtype, n):
+        for op in ops_at(dtype, n, p):
             block = n // p if n == LARGE else n
             what = f"{algorithm} {op} {dtype} block={block} p={p}"
             send = make_data(dtype, op, block * p, r)
