@@ -36,7 +36,11 @@ DEF IRECV = 4
 DEF WAITALL = 5
 DEF NONE = -1
 DEF NCOLS = 9
-DEF NBUFS = 3
+DEF NBUFS = 4
+DEF ACC_BUF = 0
+DEF TMP_BUF = 1
+DEF IN_BUF = 2
+DEF OUT_BUF = 3
 # dst = op(left, src) runs as copy-then-reduce over blocks this small, so the destination
 # block is still in L1 when it is reduced: one pass over memory, like a 3-operand kernel.
 DEF FUSE_BYTES = 16384
@@ -213,8 +217,7 @@ cdef int run_steps(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char 
                 if rc == MPI_SUCCESS:
                     nreq = first
         elif r[0] == REDUCE:
-            rc = reduce_from(buf[r[1]] + r[2] * size,
-                             buf[r[4] if r[4] != NONE else r[1]] + r[2] * size,
+            rc = reduce_from(buf[r[1]] + r[2] * size, buf[r[4]] + r[8] * size,
                              buf[r[5]] + r[6] * size, <size_t>r[3], size, dtype, op)
         elif r[0] == COPY:
             if buf[r[1]] + r[2] * size != buf[r[5]] + r[6] * size:
@@ -318,8 +321,8 @@ cdef int run_checked(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, cha
 
 
 def execute(MPI.Comm comm, const int64_t[:, ::1] steps, acc, tmp, inp, int dtype, int op,
-            int tag, Py_ssize_t nreq, collective="schedule", double timeout=0):
-    """Run ``steps`` on ``comm`` over the ACC, TMP and IN buffers (each may be None);
+            int tag, Py_ssize_t nreq, collective="schedule", double timeout=0, out=None):
+    """Run ``steps`` on ``comm`` over the ACC, TMP, IN and OUT buffers (each may be None);
     ``timeout`` > 0 seconds: StallError when a wait makes no progress for that long."""
     cdef Py_buffer views[NBUFS]
     cdef char *buf[NBUFS]
@@ -327,7 +330,7 @@ def execute(MPI.Comm comm, const int64_t[:, ::1] steps, acc, tmp, inp, int dtype
     cdef int i
     if ck_itemsize(dtype) == 0 or steps.shape[1] != NCOLS:
         raise ValueError("execute: bad dtype code or schedule shape")
-    objs = (acc, tmp, inp)
+    objs = (acc, tmp, inp, out)
     for i in range(NBUFS):
         held[i] = False
         buf[i] = _empty
@@ -335,7 +338,7 @@ def execute(MPI.Comm comm, const int64_t[:, ::1] steps, acc, tmp, inp, int dtype
         for i in range(NBUFS):
             if objs[i] is not None:
                 PyObject_GetBuffer(objs[i], &views[i],
-                                   PyBUF_ANY_CONTIGUOUS | (PyBUF_WRITABLE if i < 2 else 0))
+                                   PyBUF_ANY_CONTIGUOUS | (PyBUF_WRITABLE if i != IN_BUF else 0))
                 held[i] = True
                 buf[i] = <char *>views[i].buf
         run_checked(comm.ob_mpi, &steps[0, 0] if steps.shape[0] else NULL, steps.shape[0], buf,
@@ -556,9 +559,6 @@ DEF BYTE_CODE = 5  # uint8 in collectives.ops.DTYPES
 DEF OP_MAX = 3  # MPI.MAX in _OPS
 DEF MAX_DATATYPES = 128
 DEF MAX_NPY = 64
-DEF ACC_BUF = 0
-DEF TMP_BUF = 1
-DEF IN_BUF = 2
 DEF UNKNOWN = -(1 << 62)  # a field this rank cannot know (agreement.agree's None)
 
 cdef int _npy_code[MAX_NPY]          # NumPy type number -> kernel dtype code, -1: none
@@ -1032,13 +1032,14 @@ cdef class Fast:
                                       [v[1 + i] for i in range(len(keys))]))
 
     cdef int launch(self, int coll, _Plan pl, char *acc, char *inp, int dtype, int op,
-                    int tag=-1) except -1:
-        """Run ``pl`` over ACC, TMP and IN (on the collective's tag unless ``tag``); a failure
-        marks the Comm unusable."""
+                    int tag=-1, char *out=NULL) except -1:
+        """Run ``pl`` over ACC, TMP, IN and OUT (on the collective's tag unless ``tag``); a
+        failure marks the Comm unusable."""
         cdef char *buf[NBUFS]
         buf[ACC_BUF] = acc if acc != NULL else _empty
         buf[TMP_BUF] = self.scratch(False, pl.tmp_count * ck_itemsize(dtype)) if pl.tmp_count else _empty
         buf[IN_BUF] = inp if inp != NULL else _empty
+        buf[OUT_BUF] = out if out != NULL else _empty
         try:
             run_checked(self.comm.ob_mpi, pl.rows, pl.nsteps, buf, dtype, op,
                         self.tags[coll] if tag < 0 else tag, pl.nreq, self.names[coll], self.limit,
@@ -1284,8 +1285,10 @@ cdef class Fast:
             if send.count != total or (not in_place and recv.count < cnt[self.rank]):
                 return False
             counts = tuple([cnt[i] for i in range(p)])
-            pl = self.plan(REDUCE_SCATTER, algorithm, (REDUCE_SCATTER, algorithm, recv.dtype, opc, counts),
-                           total, total * send.size, uniform, (counts,), opc, recv.dtype)
+            # Not in place, the schedule writes the rank's block straight into recvbuf (OUT).
+            pl = self.plan(REDUCE_SCATTER, algorithm,
+                           (REDUCE_SCATTER, algorithm, recv.dtype, opc, counts, in_place),
+                           total, total * send.size, uniform, (counts, not in_place), opc, recv.dtype)
             if pl is None:
                 return False
             nf = self.block_fields(recv.dtype, opc, 0, cnt)
@@ -1302,12 +1305,13 @@ cdef class Fast:
                 memmove(recv.ptr, send.ptr + start * send.size, cnt[self.rank] * send.size)
                 self.done(pl)
                 return True
-            # ACC is scratch: in place, recvbuf past the rank's own block must stay untouched.
+            # ACC is scratch: recvbuf past the rank's own block must stay untouched.
             acc = self.scratch(True, total * send.size)
-            if not pl.reads_in:
-                memcpy(acc, send.ptr, total * send.size)
-            self.launch(REDUCE_SCATTER, pl, acc, send.ptr, recv.dtype, opc)
-            memcpy(recv.ptr, acc + start * send.size, cnt[self.rank] * send.size)
+            self.launch(REDUCE_SCATTER, pl, acc, send.ptr, recv.dtype, opc, -1,
+                        NULL if in_place else recv.ptr)
+            if in_place:
+                # Writing recvbuf (IN) early would clobber input later steps still read.
+                memcpy(recv.ptr, acc + start * send.size, cnt[self.rank] * send.size)
             self.done(pl)
             return True
         finally:

@@ -82,14 +82,15 @@ def buffer(comm, purpose, nbytes):
     return buf[:nbytes]
 
 
-def execute(comm, algo, args, acc, inp, dtype, op, collective):
-    """Run ``algo``'s schedule for ``args`` on ``acc`` (and input ``inp``) in this process's executor."""
+def execute(comm, algo, args, acc, inp, dtype, op, collective, out=None):
+    """Run ``algo``'s schedule for ``args`` on ``acc`` (input ``inp``, output block ``out``) in
+    this process's executor."""
     steps, tmp_count, nreq = plan(algo.name, comm.rank, comm.size, *args)
     execute_steps(comm, steps, tmp_count, nreq, acc, inp, dtype, op, TAG[collective],
-                  f"{collective} ({algo.name})")
+                  f"{collective} ({algo.name})", out)
 
 
-def execute_steps(comm, steps, tmp_count, nreq, acc, inp, dtype, op, tag, name):
+def execute_steps(comm, steps, tmp_count, nreq, acc, inp, dtype, op, tag, name, out=None):
     """Run planned ``steps`` on ``tag``, watched when ``comm.timeout`` is set; a failure or
     a stall marks the Comm unusable (a stall aborts the job in the watchdog's abort mode)."""
     itemsize = np.dtype(DTYPES[dtype]).itemsize
@@ -98,12 +99,12 @@ def execute_steps(comm, steps, tmp_count, nreq, acc, inp, dtype, op, tag, name):
         if NATIVE:
             try:
                 _native_execute(comm._coll, steps, acc, tmp, inp, dtype, op, tag, nreq, name,
-                                comm.timeout)
+                                comm.timeout, out)
             except ScheduleError as exc:
                 comm._broken = str(exc)
                 raise
         else:
-            bufs = [None if b is None else as_bytes(b) for b in (acc, tmp, inp)]
+            bufs = [None if b is None else as_bytes(b) for b in (acc, tmp, inp, out)]
             run_python(comm._coll, steps, bufs, dtype, op, tag, comm.timeout, name)
     except StallError as exc:
         stalled(comm, exc, call_number(comm, False))

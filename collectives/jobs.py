@@ -283,16 +283,19 @@ def reduce_scatter(comm, sendbuf, recvbuf, counts, op, algorithm, name):
             return
         if comm.check:
             agree(comm, "reduce_scatter", algo, **fields)
-        # The schedule writes every block of ACC; in place, MPI leaves recvbuf past the
-        # rank's own result (which lands at its start) untouched, so ACC is scratch, and an
-        # algorithm that reads IN takes sendbuf where it lies instead of a copy in ACC.
+        if not total or p == 1:
+            recv[:counts[r]] = send[start:start + counts[r]]
+            return
+        # The schedule reads sendbuf (IN) where it lies and keeps partial sums in scratch
+        # (ACC): MPI leaves recvbuf past the rank's own block untouched.  Not in place, the
+        # last combine writes the block straight into recvbuf (OUT); in place, writing
+        # recvbuf (IN) early would clobber input later steps still read, so the block is
+        # copied out of ACC after.
         acc = buffer(comm, "acc", send.nbytes).view(send.dtype)
-        reads_in = algo.reads_in and total and p > 1
-        if not reads_in:
-            np.copyto(acc, send)
-        if total and p > 1:
-            execute(comm, algo, (counts,), acc, send if reads_in else None, dt, opc, "reduce_scatter")
-        recv[:counts[r]] = acc[start:start + counts[r]]
+        out = None if in_place else recv[:counts[r]]
+        execute(comm, algo, (counts, out is not None), acc, send, dt, opc, "reduce_scatter", out)
+        if in_place:
+            recv[:counts[r]] = acc[start:start + counts[r]]
     return job
 
 

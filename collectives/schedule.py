@@ -7,7 +7,9 @@ or ``run_python`` below (mpi4py calls and NumPy), selected with COLLECTIVES_PURE
 
 Buffers are named, never addressed: ACC is the buffer that ends up holding the result
 (the user's receive buffer when it can be), TMP is scratch the executor owns, IN is the
-caller's read-only input.  Offsets and counts are in elements; the executor scales them by
+caller's read-only input, OUT is a reduce-scatter's own block of the user's receive buffer
+(offset 0 at the block's first element), where the final combine writes the result instead
+of into ACC, saving the copy out.  Offsets and counts are in elements; the executor scales them by
 the item size, so one schedule serves every dtype and op.
 
 Large counts: MPI takes a message's count as a C int, so a send or receive of more than
@@ -24,12 +26,13 @@ import os
 
 import numpy as np
 
-ACC, TMP, IN = 0, 1, 2
+ACC, TMP, IN, OUT = 0, 1, 2, 3
 
 # Step kinds; each row is [kind, buf_a, off_a, cnt_a, peer_a, buf_b, off_b, cnt_b, peer_b].
-# A REDUCE row whose peer_a names a buffer takes its left operand from that buffer at the
-# destination's offset: dst = op(left, src) in one pass, so an algorithm can read the
-# caller's input where it first touches a block instead of copying it into ACC up front.
+# A REDUCE row is [REDUCE, dst buf, dst off, cnt, left buf, src buf, src off, cnt, left off]:
+# dst = op(left, src) in one pass, so an algorithm can read the caller's input where it first
+# touches a block instead of copying it into ACC up front, and write a result where it is
+# wanted (OUT) instead of copying it there after.
 SENDRECV, REDUCE, COPY, ISEND, IRECV, WAITALL = range(6)
 NONE = -1  # no peer (MPI_PROC_NULL) or no buffer
 NCOLS = 9
@@ -144,14 +147,17 @@ class Schedule:
     def reduce(self, dst, src, left=None):
         """dst = op(dst, src) over ``cnt`` elements; both are (buf, off, cnt).
 
-        With ``left`` (a buffer), dst = op(left[dst offset], src) instead.
+        With ``left``, dst = op(left, src) instead: ``left`` is a (buf, off) pair, or a
+        buffer alone for the same offset as ``dst``.
         """
         if dst[2] != src[2]:
             raise ValueError("reduce: regions differ in length")
+        lb, lo = dst[:2] if left is None else left if isinstance(left, tuple) else (left, dst[1])
         if dst[2]:
             self._use(*dst)
             self._use(*src)
-            self.rows.append((REDUCE, *dst, NONE if left is None else left, *src, NONE))
+            self._use(lb, lo, dst[2])
+            self.rows.append((REDUCE, *dst, lb, *src, lo))
 
     def copy(self, dst, src):
         """dst = src; both are (buf, off, cnt)."""
@@ -182,7 +188,7 @@ def _element_type(size):
 
 
 def run_python(comm, steps, bufs, dtype_code, op_code, tag, timeout=0, name="schedule"):
-    """Execute ``steps`` with mpi4py and NumPy; ``bufs`` are flat uint8 views indexed by ACC/TMP/IN.
+    """Execute ``steps`` with mpi4py and NumPy; ``bufs`` are flat uint8 views indexed by ACC/TMP/IN/OUT.
 
     With ``timeout`` > 0 seconds every wait is polled (``collectives.watchdog``), and a wait
     that makes no progress for that long raises StallError naming ``name``.
@@ -238,8 +244,8 @@ def run_python(comm, steps, bufs, dtype_code, op_code, tag, timeout=0, name="sch
                 comm.Sendrecv(message(ab, ao, ac), ap, tag, message(bb, bo, bc), bp, tag)
         elif kind == REDUCE:
             dst = region(ab, ao, ac)
-            if ap != NONE and bufs[ap] is not bufs[ab]:
-                dst[:] = region(ap, ao, ac)
+            if (ap, bp) != (ab, ao):
+                dst[:] = region(ap, bp, ac)
             reduce_into(dst, region(bb, bo, bc), dtype_code, op_code)
         elif kind == COPY:
             region(ab, ao, ac)[:] = region(bb, bo, bc)

@@ -15,11 +15,13 @@ send completes only once the destination has posted the matching receive, as MPI
 for any message (large ones always do), so a ring of blocking sends deadlocks.  Sendrecv
 posts both halves at once; Isend and Irecv never block until their Waitall.
 """
+import itertools
+
 import numpy as np
 import pytest
 
 from collectives.registry import ALGORITHMS
-from collectives.schedule import (ACC, COPY, IN, IRECV, ISEND, NONE, REDUCE, SENDRECV, TMP,
+from collectives.schedule import (ACC, COPY, IN, IRECV, ISEND, NONE, OUT, REDUCE, SENDRECV, TMP,
                                   WAITALL, Schedule, displacements)
 
 RANKS = range(2, 13)
@@ -40,7 +42,7 @@ class Machine:
     (source, destination) pair in posting order, as MPI does on one communicator and tag.
 
     ``args(r)`` gives rank r's builder arguments (or one tuple for every rank);
-    ``buffers(r)`` gives its (ACC, IN) lists, None where a rank has none.
+    ``buffers(r)`` gives its (ACC, IN) lists, or (ACC, IN, OUT), None where a rank has none.
     """
 
     def __init__(self, build, p, args, buffers, eager):
@@ -51,8 +53,8 @@ class Machine:
             s = Schedule(r, p)
             build(s, *(args(r) if callable(args) else args))
             self.steps.append(s.finish().tolist())
-            acc, inp = buffers(r)
-            self.bufs.append({ACC: acc, TMP: [None] * s.tmp_count, IN: inp})
+            acc, inp, *out = buffers(r)
+            self.bufs.append({ACC: acc, TMP: [None] * s.tmp_count, IN: inp, OUT: out[0] if out else None})
         self.sends = {}   # (source, dest): posted sends not yet matched, in posting order
         self.recvs = {}   # (source, dest): posted receives not yet matched, in posting order
         self.heard = [{r} for r in range(p)]  # whom each rank has heard from, through others too
@@ -91,7 +93,7 @@ class Machine:
         if kind == SENDRECV:
             return [(ab, ao, ac, False)] * (ap != NONE) + [(bb, bo, bc, True)] * (bp != NONE)
         if kind == REDUCE:
-            return [(ap if ap != NONE else ab, ao, ac, False), (bb, bo, bc, False), (ab, ao, ac, True)]
+            return [(ap, bp, ac, False), (bb, bo, bc, False), (ab, ao, ac, True)]
         if kind == COPY:
             return [(bb, bo, bc, False), (ab, ao, ac, True)]
         if kind == IRECV:
@@ -123,8 +125,7 @@ class Machine:
                 return False
             state["blocking"] = None
         elif kind == REDUCE:
-            left = b[ap if ap != NONE else ab]
-            b[ab][ao:ao + ac] = [(left[ao + i], b[bb][bo + i]) for i in range(ac)]
+            b[ab][ao:ao + ac] = [(b[ap][bp + i], b[bb][bo + i]) for i in range(ac)]
         elif kind == COPY:
             b[ab][ao:ao + ac] = b[bb][bo:bo + bc]
         elif kind == ISEND:
@@ -213,21 +214,25 @@ def test_allgather_schedule(algorithm, eager):
 @MODELS
 @pytest.mark.parametrize("algorithm", ALGORITHMS["reduce_scatter"], ids=lambda a: a.name)
 def test_reduce_scatter_schedule(algorithm, eager):
-    for p in RANKS:
+    """With ``out`` the rank's block must end in OUT (the executors then copy nothing out)."""
+    for p, out in itertools.product(RANKS, (False, True)):
         for counts in _counts(p):
             at = displacements(counts) + (sum(counts),)
             data = _inputs(p, at[p])
-            # An algorithm reading IN starts from an ACC of unknowns, so any read of ACC
-            # before it is written shows up as a None leaf.
-            m = Machine(algorithm.build, p, (counts,),
-                        (lambda r: ([None] * at[p], list(data[r]))) if algorithm.reads_in
-                        else (lambda r: (list(data[r]), None)), eager)
-            out = m.run()
+            # An algorithm reading IN starts from an ACC (and OUT) of unknowns, so any read
+            # of them before they are written shows up as a None leaf.
+            m = Machine(algorithm.build, p, (counts, out),
+                        (lambda r: ([None] * at[p], list(data[r]), [None] * counts[r]))
+                        if algorithm.reads_in else (lambda r: (list(data[r]), None, None)), eager)
+            accs = m.run()
             if algorithm.reads_in:
-                assert [b[IN] for b in m.bufs] == data, f"p={p} counts={counts}: IN written"
+                assert [b[IN] for b in m.bufs] == data, f"p={p} out={out} counts={counts}: IN written"
             for r in range(p):
-                for i in range(at[r], at[r + 1]):
-                    assert sorted(_leaves(out[r][i])) == sorted(d[i] for d in data), (p, counts, r, i)
+                got = m.bufs[r][OUT] if out else accs[r][at[r]:at[r + 1]]
+                assert len(got) == counts[r], f"p={p} out={out} counts={counts}: rank {r} wrote past OUT"
+                for i, tree in enumerate(got):
+                    want = sorted(d[at[r] + i] for d in data)
+                    assert sorted(_leaves(tree)) == want, (p, out, counts, r, i)
 
 
 @MODELS

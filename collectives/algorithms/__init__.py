@@ -2,7 +2,7 @@
 
 A builder appends one rank's steps to a ``collectives.schedule.Schedule``; see the table in
 ``collectives.registry`` for which exist and when each is used.  Buffer conventions
-(ACC, TMP, IN from collectives.schedule), by collective:
+(ACC, TMP, IN, OUT from collectives.schedule), by collective:
 
 * allreduce(s, count): this rank's input is in IN for an algorithm marked ``reads_in`` in
   collectives.registry (IN may be ACC itself, in place), else in ACC; ACC ends holding the
@@ -11,9 +11,11 @@ A builder appends one rank's steps to a ``collectives.schedule.Schedule``; see t
 * reduce(s, count, root): IN is this rank's input; ACC is the result, at the root only
   (None elsewhere: non-roots never touch ACC).  IN and ACC may be the same memory at the root.
 * allgather(s, counts): ACC holds every block in rank order; this rank's is already in place.
-* reduce_scatter(s, counts): this rank's full input, blocks in rank order, is in IN for an
-  algorithm marked ``reads_in`` in collectives.registry (which never writes IN), else in
-  ACC; ACC ends with the reduced block of this rank at that block's place.
+* reduce_scatter(s, counts, out=False): this rank's full input, blocks in rank order, is in
+  IN for an algorithm marked ``reads_in`` in collectives.registry (which never writes IN),
+  else in ACC; ACC ends with the reduced block of this rank at that block's place, or with
+  ``out`` OUT holds it (ACC is then scratch).  Every reduce-scatter takes ``out``: the
+  executors ask for it unless in place, where OUT would be IN.
 * gather(s, counts, root): IN is this rank's block; ACC, at the root only, gets every block.
   A non-root may see -1 for counts it cannot know (Gatherv).
 * scatter(s, counts, root): IN, at the root only, holds every block; ACC gets this rank's.

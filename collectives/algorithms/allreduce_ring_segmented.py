@@ -37,5 +37,5 @@ def cost(p, n, alpha, beta, gamma, itemsize=4):
 def allreduce_ring_segmented(s, count):
     """All-reduce IN into ACC: ring reduce-scatter in segments, then ring all-gather."""
     counts, _ = blocks(count, s.size)
-    reduce_scatter_ring(s, counts, SEGMENT)
+    reduce_scatter_ring(s, counts, segment=SEGMENT)
     allgather_ring(s, counts)

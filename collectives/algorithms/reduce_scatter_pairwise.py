@@ -18,11 +18,12 @@ on a real network it loads all links, where the ring uses neighbours only.
 
 Input: IN, the caller's buffer, never written: the blocks sent are read from it, and the
 first fold takes its left operand there, so neither the reduce-scatter nor the all-reduce
-copies its input into ACC.
+copies its input into ACC.  Output: with ``out``, the folds go straight into OUT, the
+caller's receive buffer, and ACC is never touched.
 
 Cost: (p-1) alpha + ((p-1)/p) n beta + ((p-1)/p) n gamma.
 """
-from ..schedule import ACC, IN, TMP, displacements
+from ..schedule import ACC, IN, OUT, TMP, displacements
 
 
 def cost(p, n, alpha, beta, gamma):
@@ -30,14 +31,15 @@ def cost(p, n, alpha, beta, gamma):
     return (p - 1) * alpha + (p - 1) / p * n * (beta + gamma)
 
 
-def reduce_scatter_pairwise(s, counts):
-    """Reduce-scatter IN into ACC: in round k, send block r+k to its owner, fold in block r from r-k."""
+def reduce_scatter_pairwise(s, counts, out=False):
+    """Reduce-scatter IN into ACC (OUT with ``out``): in round k, send block r+k to its owner,
+    fold in block r from r-k."""
     p, r = s.size, s.rank
     displs = displacements(counts)
-    mine = (ACC, displs[r], counts[r])
-    left = IN
+    mine = (OUT, 0, counts[r]) if out else (ACC, displs[r], counts[r])
+    left = (IN, displs[r])
     for k in range(1, p):
         to, frm = (r + k) % p, (r - k) % p
         s.sendrecv(to, (IN, displs[to], counts[to]), frm, (TMP, 0, counts[r]))
         s.reduce(mine, (TMP, 0, counts[r]), left=left)
-        left = ACC
+        left = mine[:2]

@@ -12,6 +12,9 @@ rank among the first 2 rem sends rank-1 its block.
 
 Input: IN, the caller's buffer, never written: the fold-in and the first halving step read
 it, and their combines take their left operand there, so no copy of it goes into ACC.
+Output: with ``out``, the last step's combine writes this rank's block into OUT, the caller's
+receive buffer, instead of ACC (a folded rank receives its block there), so nothing is
+copied out either.
 
 Restrictions: none; blocks may be uneven or empty (uneven blocks make the halves uneven).
 Each block is reduced on one rank only, so combining in receive order needs no symmetry
@@ -21,7 +24,7 @@ Cost: (lg pof2) alpha + ((pof2-1)/pof2) n (beta + gamma) for p a power of two; o
 two more messages, the whole vector in (combined) and a block out: 2 more alpha,
 (1 + 1/p) n more beta and n more gamma.
 """
-from ..schedule import ACC, IN, TMP, displacements
+from ..schedule import ACC, IN, OUT, TMP, displacements
 from ._cost import pof2, folded
 from ._fold import Fold
 
@@ -33,8 +36,8 @@ def cost(p, n, alpha, beta, gamma):
             + ((q - 1) / q + e) * n * gamma)
 
 
-def reduce_scatter_recursive_halving(s, counts, fold_out=True):
-    """Reduce-scatter IN into ACC by recursive halving.
+def reduce_scatter_recursive_halving(s, counts, out=False, fold_out=True):
+    """Reduce-scatter IN into ACC (this rank's block into OUT with ``out``) by recursive halving.
 
     With ``fold_out=False`` the final hand-back is left out: each virtual rank keeps the
     reduced blocks of every real rank it stands for (what allgather_recursive_doubling
@@ -48,6 +51,14 @@ def reduce_scatter_recursive_halving(s, counts, fold_out=True):
     def span(vlo, vhi, buf=ACC):
         a, b = displs[f.first(vlo)], displs[f.first(vhi)]
         return (buf, a, b - a)
+
+    def combine(kept, left, last):
+        """kept = op(left, TMP) over ``kept``'s span; on the last step with ``out``, this
+        rank's block (inside that span) goes to OUT instead of ACC."""
+        _, a, n = kept
+        b0, b1 = (displs[r], displs[r + 1]) if out and last else (a + n, a + n)
+        for dst, at, end in (((ACC, a), a, b0), ((OUT, 0), b0, b1), ((ACC, b1), b1, a + n)):
+            s.reduce((*dst, end - at), (TMP, at - a, end - at), left=(left, at))
 
     # Partial sums are read from IN until the first combine has written them to ACC.
     src = IN
@@ -66,9 +77,10 @@ def reduce_scatter_recursive_halving(s, counts, fold_out=True):
             kept = span(*keep)
             peer = f.real(vpeer)
             s.sendrecv(peer, span(*give, src), peer, (TMP, 0, kept[2]))
-            s.reduce(kept, (TMP, 0, kept[2]), left=src)
+            combine(kept, src, hi - lo == 2)
             src = ACC
             lo, hi = keep
     if fold_out and f.partner is not None:
         q = f.partner
-        f.fold_out(s, (ACC, displs[q], counts[q]), (ACC, displs[r], counts[r]))
+        mine = (OUT, 0, counts[r]) if out else (ACC, displs[r], counts[r])
+        f.fold_out(s, (ACC, displs[q], counts[q]), mine)

@@ -16,11 +16,13 @@ them.
 Input: IN, the caller's buffer, never written, read where each block is first touched (the
 raw block sent in step 0 and the left operand of every combine), so neither the
 reduce-scatter nor the all-reduce copies its input into ACC: one pass over memory fewer.
+Output: with ``out``, the last step's combine writes block r into OUT, the caller's receive
+buffer, instead of ACC, so nothing is copied out either.
 
 Cost: (p-1) alpha + ((p-1)/p) n beta + ((p-1)/p) n gamma; in segments of m elements,
 (p-1) ceil(n / (p m)) alpha, with the gamma term hidden behind the beta term.
 """
-from ..schedule import ACC, IN, TMP, displacements
+from ..schedule import ACC, IN, OUT, TMP, displacements
 
 
 def cost(p, n, alpha, beta, gamma):
@@ -33,22 +35,25 @@ def segments(off, cnt, segment):
     return [(at, min(segment, off + cnt - at)) for at in range(off, off + cnt, segment)]
 
 
-def reduce_scatter_ring(s, counts, segment=None):
-    """Reduce-scatter IN into ACC around the ring, in messages of at most ``segment`` elements."""
+def reduce_scatter_ring(s, counts, out=False, segment=None):
+    """Reduce-scatter IN into ACC (this rank's block into OUT with ``out``) around the ring, in
+    messages of at most ``segment`` elements."""
     p, r = s.size, s.rank
     displs = displacements(counts)
     segment = segment or max(counts, default=0) or 1
     right, left = (r + 1) % p, (r - 1) % p
     for k in range(p - 1):
-        out, into = (r - k - 1) % p, (r - k - 2) % p
-        sends = segments(displs[out], counts[out], segment)
+        sent, into = (r - k - 1) % p, (r - k - 2) % p
+        sends = segments(displs[sent], counts[sent], segment)
         recvs = segments(displs[into], counts[into], segment)
         pending = None
         for j in range(max(len(sends), len(recvs))):
             arrived = None
             if j < len(recvs):
                 off, cnt = recvs[j]
-                arrived = ((ACC, off, cnt), (TMP, (j % 2) * segment, cnt), IN)
+                # Block r arrives last, complete after its combine.
+                dst = (OUT, off - displs[r], cnt) if out and into == r else (ACC, off, cnt)
+                arrived = (dst, (TMP, (j % 2) * segment, cnt), (IN, off))
                 s.irecv(left, *arrived[1])
             if j < len(sends):
                 s.isend(right, IN if k == 0 else ACC, *sends[j])
