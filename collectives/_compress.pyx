@@ -13,8 +13,8 @@ from cython cimport floating
 from libc.stdint cimport int8_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 from collectives._csrc cimport *
-from collectives._payload import (MAX_COUNTER, check_bucketed, check_fp16, check_sparse,
-                                  randk_threshold)
+from collectives._payload import (MAX_COUNTER, check_add, check_bucketed, check_fp16,
+                                  check_sparse, randk_threshold)
 
 
 cdef int _double(x, str name) except -1:
@@ -303,19 +303,20 @@ cdef size_t _threshold(floating[::1] x, const floating[::1] add, double thr, int
         return 0
     with nogil:
         if floating is float:
-            c = (ck_threshold_count_f32(&x[0], n, <float>thr) if count_only
+            c = (ck_threshold_count_f32(&x[0], ap, n, <float>thr) if count_only
                  else ck_threshold_f32(&x[0], ap, n, <float>thr, ip, vp, cap, zero))
         else:
-            c = (ck_threshold_count_f64(&x[0], n, thr) if count_only
+            c = (ck_threshold_count_f64(&x[0], ap, n, thr) if count_only
                  else ck_threshold_f64(&x[0], ap, n, thr, ip, vp, cap, zero))
     return c
 
 
-def threshold_count(x, double thr):
-    """Number of elements with |x| >= thr."""
+def threshold_count(x, double thr, add=None):
+    """Number of elements with |x| >= thr; a given ``add`` is added into x first, in the same pass."""
+    check_add(x, add)
     if _double(x, "threshold_count"):
-        return _threshold[double](x, None, thr, None, None, True, False)
-    return _threshold[float](x, None, thr, None, None, True, False)
+        return _threshold[double](x, add, thr, None, None, True, False)
+    return _threshold[float](x, add, thr, None, None, True, False)
 
 
 def threshold(x, double thr, idx, vals, bint zero=False, add=None):

@@ -6,7 +6,7 @@ kernels draw the same uniforms and produce the same bits as the native ones.
 """
 import numpy as np
 
-from ._payload import check_bucketed, check_fp16, check_sparse, randk_threshold
+from ._payload import check_add, check_bucketed, check_fp16, check_sparse, randk_threshold
 
 _U24 = 2.0**-24
 LANES = 32  # interleaved accumulators of the bucket sums (csrc/quantize.c)
@@ -284,9 +284,12 @@ def approx_topk(x, k, nsample, seed, idx, vals, zero=False, add=None):
     return c
 
 
-def threshold_count(x, thr):
-    """Number of elements with |x| >= thr."""
+def threshold_count(x, thr, add=None):
+    """Number of elements with |x| >= thr; a given ``add`` is added into x first, in the same pass."""
     x = np.asarray(x)
+    check_add(x, add)
+    if add is not None:
+        x += add
     return int(np.count_nonzero(np.abs(x) >= x.dtype.type(thr)))
 
 

@@ -339,9 +339,7 @@ class Threshold(_Sparse):
         self.threshold = float(threshold)
 
     def _select(self, v, add, seed, zero):
-        # With no room the kernel only counts (adding add into v on the way).
-        c = kernels.threshold(v, self.threshold, np.empty(0, np.int64), np.empty(0, v.dtype),
-                              False, add)
+        c = kernels.threshold_count(v, self.threshold, add)
         idx, vals = np.empty(c, np.int64), np.empty(c, v.dtype)
         kernels.threshold(v, self.threshold, idx, vals, zero)
         return idx, vals

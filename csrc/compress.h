@@ -37,7 +37,7 @@
                       int zero);                                                            \
     int64_t ck_approx_topk_##SUF(T *x, const T *add, size_t n, size_t k, size_t nsample,    \
                                  uint64_t seed, int64_t *idx, T *vals, int zero);           \
-    size_t ck_threshold_count_##SUF(const T *x, size_t n, T thr);                           \
+    size_t ck_threshold_count_##SUF(T *x, const T *add, size_t n, T thr);                   \
     size_t ck_threshold_##SUF(T *x, const T *add, size_t n, T thr, int64_t *idx, T *vals,   \
                               size_t cap, int zero);                                        \
     size_t ck_randk_##SUF(T *x, size_t n, uint32_t thr, uint64_t seed, T *vals, size_t cap, \

@@ -406,11 +406,23 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
         })                                                                                   \
         return 0;                                                                            \
     }                                                                                        \
-    CLONES size_t ck_threshold_count_##SUF(const T *x, size_t n, T thr)                      \
+    CLONES static size_t count_##SUF(const T *x, size_t n, T thr)                             \
     {                                                                                        \
         size_t c = 0;                                                                        \
         for (size_t i = 0; i < n; i++)                                                       \
             c += (x[i] < 0 ? -x[i] : x[i]) >= thr;                                           \
+        return c;                                                                            \
+    }                                                                                        \
+    size_t ck_threshold_count_##SUF(T *x, const T *add, size_t n, T thr)                     \
+    {                                                                                        \
+        size_t c = 0;                                                                        \
+        if (!add)                                                                            \
+            return count_##SUF(x, n, thr);                                                   \
+        for (size_t c0 = 0; c0 < n; c0 += CHUNK) {                                           \
+            size_t len = n - c0 < CHUNK ? n - c0 : CHUNK;                                    \
+            add_##SUF(x + c0, add + c0, len);                                                \
+            c += count_##SUF(x + c0, len, thr);                                              \
+        }                                                                                    \
         return c;                                                                            \
     }                                                                                        \
     /* |x| >= thr is lo <= bits of |x| <= INFKEY (NaN above it) with lo the bits of thr, or  \

@@ -524,7 +524,8 @@ def test_approx_topk_fused_residual(dtype, n, case, nsample):
 @pytest.mark.parametrize("room", ["none", "half", "all"])
 @pytest.mark.parametrize("thr", [1.5, np.nan])
 def test_threshold_fused_residual(dtype, n, case, room, thr):
-    """Threshold of r + x with add=x, with room for none, half or all of those qualifying."""
+    """Threshold (and its count) of r + x with add=x, with room for none, half or all of
+    those qualifying."""
     r, x = fused_inputs(n, dtype, case)
     v = r + x
     want = np.flatnonzero(np.abs(v) >= dtype(thr))
@@ -537,17 +538,23 @@ def test_threshold_fused_residual(dtype, n, case, room, thr):
     c, idx, _ = check_fused(r, v, run, True)
     np.testing.assert_array_equal(idx, want[:cap])
     assert c == len(want)
+    for impl in IMPLS:
+        rz = r.copy()
+        assert impl.threshold_count(rz, thr, add=x) == len(want)
+        bits_equal(rz, v)
 
 
 def test_fused_add_must_match():
     """An add of another dtype or length is refused before anything is written."""
+    out = (np.empty(3, np.int64), np.empty(3))
+    calls = {"topk": (3, *out), "approx_topk": (3, 100, 0, *out), "threshold": (1.0, *out),
+             "threshold_count": (1.0,)}
     for impl in IMPLS:
-        for fn, args in [("topk", (3,)), ("approx_topk", (3, 100, 0)), ("threshold", (1.0,))]:
+        for fn, args in calls.items():
             for bad in (np.ones(10, np.float32), np.ones(9)):
                 r = np.ones(10)
                 with pytest.raises(ValueError, match="add must match"):
-                    getattr(impl, fn)(r, *args, np.empty(3, np.int64), np.empty(3),
-                                      add=bad)
+                    getattr(impl, fn)(r, *args, add=bad)
                 assert np.all(r == 1)
 
 
