@@ -13,8 +13,8 @@ from cython cimport floating
 from libc.stdint cimport int8_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 from collectives._csrc cimport *
-from collectives._payload import (MAX_COUNTER, check_bucketed, check_fp16, check_sparse,
-                                  randk_threshold)
+from collectives._payload import (MAX_COUNTER, check_add, check_bucketed, check_fp16,
+                                  check_sparse, randk_threshold)
 
 
 cdef int _double(x, str name) except -1:
@@ -248,73 +248,86 @@ def sign_decompress_add(bits, mags, Py_ssize_t bucket, dst):
 
 # ---- sparsifiers -----------------------------------------------------------------------------
 
-cdef int64_t _topk(floating[::1] x, size_t k, size_t nsample, uint64_t seed, bint approx,
-                   int64_t[::1] idx, floating[::1] vals, bint zero) except -2:
+cdef int64_t _topk(floating[::1] x, const floating[::1] add, size_t k, size_t nsample,
+                   uint64_t seed, bint approx, int64_t[::1] idx, floating[::1] vals,
+                   bint zero) except -2:
     cdef size_t n = x.shape[0]
+    cdef const floating *ap = &add[0] if add is not None and n else NULL
+    cdef int64_t *ip = &idx[0] if idx.shape[0] else NULL
+    cdef floating *vp = _ptr(vals)
     cdef int64_t c
-    if k == 0 or n == 0:
+    if n == 0:
         return 0
     with nogil:
         if floating is float:
-            c = (ck_approx_topk_f32(&x[0], n, k, nsample, seed, &idx[0], &vals[0], zero) if approx
-                 else ck_topk_f32(&x[0], n, k, &idx[0], &vals[0], zero))
+            c = (ck_approx_topk_f32(&x[0], ap, n, k, nsample, seed, ip, vp, zero) if approx
+                 else ck_topk_f32(&x[0], ap, n, k, ip, vp, zero))
         else:
-            c = (ck_approx_topk_f64(&x[0], n, k, nsample, seed, &idx[0], &vals[0], zero) if approx
-                 else ck_topk_f64(&x[0], n, k, &idx[0], &vals[0], zero))
+            c = (ck_approx_topk_f64(&x[0], ap, n, k, nsample, seed, ip, vp, zero) if approx
+                 else ck_topk_f64(&x[0], ap, n, k, ip, vp, zero))
     if c < 0:
         raise MemoryError("top-k: out of memory")
     return c
 
 
-def topk(x, Py_ssize_t k, idx, vals, bint zero=False):
-    """The min(k, n) largest |x| into (idx ascending, vals); ties to lower indices; zero them if asked."""
-    check_sparse(x, k, idx, vals)
+def topk(x, Py_ssize_t k, idx, vals, bint zero=False, add=None):
+    """The min(k, n) largest |x| into (idx ascending, vals); ties to lower indices; zero them if asked.
+
+    A given ``add`` is added into x first (in the same pass) and the selection is of the sum.
+    """
+    check_sparse(x, k, idx, vals, add=add)
     if _double(x, "topk"):
-        _topk[double](x, k, 0, 0, False, idx, vals, zero)
+        _topk[double](x, add, k, 0, 0, False, idx, vals, zero)
     else:
-        _topk[float](x, k, 0, 0, False, idx, vals, zero)
+        _topk[float](x, add, k, 0, 0, False, idx, vals, zero)
 
 
-def approx_topk(x, Py_ssize_t k, Py_ssize_t nsample, uint64_t seed, idx, vals, bint zero=False):
+def approx_topk(x, Py_ssize_t k, Py_ssize_t nsample, uint64_t seed, idx, vals, bint zero=False,
+                add=None):
     """At most k large |x| above a threshold sampled from nsample elements; returns the count."""
-    check_sparse(x, k, idx, vals, exact=False)
+    check_sparse(x, k, idx, vals, exact=False, add=add)
     if nsample < 0:
         raise ValueError(f"approx_topk: nsample must be >= 0, got {nsample}")
     if _double(x, "approx_topk"):
-        return _topk[double](x, k, nsample, seed, True, idx, vals, zero)
-    return _topk[float](x, k, nsample, seed, True, idx, vals, zero)
+        return _topk[double](x, add, k, nsample, seed, True, idx, vals, zero)
+    return _topk[float](x, add, k, nsample, seed, True, idx, vals, zero)
 
 
-cdef size_t _threshold(floating[::1] x, double thr, int64_t[::1] idx, floating[::1] vals,
-                       bint count_only, bint zero):
+cdef size_t _threshold(floating[::1] x, const floating[::1] add, double thr, int64_t[::1] idx,
+                       floating[::1] vals, bint count_only, bint zero):
     cdef size_t n = x.shape[0], cap = idx.shape[0] if idx is not None else 0, c = 0
+    cdef const floating *ap = &add[0] if add is not None and n else NULL
     cdef int64_t *ip = &idx[0] if cap else NULL
     cdef floating *vp = _ptr(vals)
     if n == 0:
         return 0
     with nogil:
         if floating is float:
-            c = (ck_threshold_count_f32(&x[0], n, <float>thr) if count_only
-                 else ck_threshold_f32(&x[0], n, <float>thr, ip, vp, cap, zero))
+            c = (ck_threshold_count_f32(&x[0], ap, n, <float>thr) if count_only
+                 else ck_threshold_f32(&x[0], ap, n, <float>thr, ip, vp, cap, zero))
         else:
-            c = (ck_threshold_count_f64(&x[0], n, thr) if count_only
-                 else ck_threshold_f64(&x[0], n, thr, ip, vp, cap, zero))
+            c = (ck_threshold_count_f64(&x[0], ap, n, thr) if count_only
+                 else ck_threshold_f64(&x[0], ap, n, thr, ip, vp, cap, zero))
     return c
 
 
-def threshold_count(x, double thr):
-    """Number of elements with |x| >= thr."""
+def threshold_count(x, double thr, add=None):
+    """Number of elements with |x| >= thr; a given ``add`` is added into x first, in the same pass."""
+    check_add(x, add)
     if _double(x, "threshold_count"):
-        return _threshold[double](x, thr, None, None, True, False)
-    return _threshold[float](x, thr, None, None, True, False)
+        return _threshold[double](x, add, thr, None, None, True, False)
+    return _threshold[float](x, add, thr, None, None, True, False)
 
 
-def threshold(x, double thr, idx, vals, bint zero=False):
-    """Elements with |x| >= thr into (idx, vals), up to their length; returns how many qualify."""
-    check_sparse(x, len(idx), idx, vals, exact=False)
+def threshold(x, double thr, idx, vals, bint zero=False, add=None):
+    """Elements with |x| >= thr into (idx, vals), up to their length; returns how many qualify.
+
+    A given ``add`` is added into x first (in the same pass) and the selection is of the sum.
+    """
+    check_sparse(x, len(idx), idx, vals, exact=False, add=add)
     if _double(x, "threshold"):
-        return _threshold[double](x, thr, idx, vals, False, zero)
-    return _threshold[float](x, thr, idx, vals, False, zero)
+        return _threshold[double](x, add, thr, idx, vals, False, zero)
+    return _threshold[float](x, add, thr, idx, vals, False, zero)
 
 
 def randk_indices(Py_ssize_t n, Py_ssize_t k, uint64_t seed, int64_t[::1] idx):

@@ -6,7 +6,7 @@ kernels draw the same uniforms and produce the same bits as the native ones.
 """
 import numpy as np
 
-from ._payload import check_bucketed, check_fp16, check_sparse, randk_threshold
+from ._payload import check_add, check_bucketed, check_fp16, check_sparse, randk_threshold
 
 _U24 = 2.0**-24
 LANES = 32  # interleaved accumulators of the bucket sums (csrc/quantize.c)
@@ -238,9 +238,14 @@ def _topk_indices(x, k):
     return np.union1d(above, ties)
 
 
-def topk(x, k, idx, vals, zero=False):
-    """The min(k, n) largest |x| into (idx ascending, vals); ties to lower indices; zero them if asked."""
-    check_sparse(x, k, idx, vals)
+def topk(x, k, idx, vals, zero=False, add=None):
+    """The min(k, n) largest |x| into (idx ascending, vals); ties to lower indices; zero them if asked.
+
+    A given ``add`` is added into x first (in the same pass) and the selection is of the sum.
+    """
+    check_sparse(x, k, idx, vals, add=add)
+    if add is not None:
+        x += add
     if len(idx) == 0:
         return
     sel = _topk_indices(x, k)
@@ -250,11 +255,13 @@ def topk(x, k, idx, vals, zero=False):
         x[sel] = 0
 
 
-def approx_topk(x, k, nsample, seed, idx, vals, zero=False):
+def approx_topk(x, k, nsample, seed, idx, vals, zero=False, add=None):
     """At most k large |x| above a threshold sampled from nsample elements; returns the count."""
-    check_sparse(x, k, idx, vals, exact=False)
+    check_sparse(x, k, idx, vals, exact=False, add=add)
     if nsample < 0:
         raise ValueError(f"approx_topk: nsample must be >= 0, got {nsample}")
+    if add is not None:
+        x += add
     n = len(x)
     if k == 0 or n == 0:
         return 0
@@ -277,15 +284,23 @@ def approx_topk(x, k, nsample, seed, idx, vals, zero=False):
     return c
 
 
-def threshold_count(x, thr):
-    """Number of elements with |x| >= thr."""
+def threshold_count(x, thr, add=None):
+    """Number of elements with |x| >= thr; a given ``add`` is added into x first, in the same pass."""
     x = np.asarray(x)
+    check_add(x, add)
+    if add is not None:
+        x += add
     return int(np.count_nonzero(np.abs(x) >= x.dtype.type(thr)))
 
 
-def threshold(x, thr, idx, vals, zero=False):
-    """Elements with |x| >= thr into (idx, vals), up to their length; returns how many qualify."""
-    check_sparse(x, len(idx), idx, vals, exact=False)
+def threshold(x, thr, idx, vals, zero=False, add=None):
+    """Elements with |x| >= thr into (idx, vals), up to their length; returns how many qualify.
+
+    A given ``add`` is added into x first (in the same pass) and the selection is of the sum.
+    """
+    check_sparse(x, len(idx), idx, vals, exact=False, add=add)
+    if add is not None:
+        x += add
     sel = np.flatnonzero(np.abs(x) >= x.dtype.type(thr))
     kept = sel[:len(idx)]
     idx[:len(kept)] = kept

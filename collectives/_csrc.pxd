@@ -38,18 +38,20 @@ cdef extern from "compress.h" nogil:
                             float *dst, int accumulate)
     void ck_sign_unpack_f64(const uint8_t *bits, const double *mags, size_t n, size_t bucket,
                             double *dst, int accumulate)
-    int ck_topk_f32(float *x, size_t n, size_t k, int64_t *idx, float *vals, int zero)
-    int ck_topk_f64(double *x, size_t n, size_t k, int64_t *idx, double *vals, int zero)
-    int64_t ck_approx_topk_f32(float *x, size_t n, size_t k, size_t nsample, uint64_t seed,
-                               int64_t *idx, float *vals, int zero)
-    int64_t ck_approx_topk_f64(double *x, size_t n, size_t k, size_t nsample, uint64_t seed,
-                               int64_t *idx, double *vals, int zero)
-    size_t ck_threshold_count_f32(const float *x, size_t n, float thr)
-    size_t ck_threshold_count_f64(const double *x, size_t n, double thr)
-    size_t ck_threshold_f32(float *x, size_t n, float thr, int64_t *idx, float *vals, size_t cap,
-                            int zero)
-    size_t ck_threshold_f64(double *x, size_t n, double thr, int64_t *idx, double *vals,
-                            size_t cap, int zero)
+    int ck_topk_f32(float *x, const float *add, size_t n, size_t k, int64_t *idx, float *vals,
+                    int zero)
+    int ck_topk_f64(double *x, const double *add, size_t n, size_t k, int64_t *idx,
+                    double *vals, int zero)
+    int64_t ck_approx_topk_f32(float *x, const float *add, size_t n, size_t k, size_t nsample,
+                               uint64_t seed, int64_t *idx, float *vals, int zero)
+    int64_t ck_approx_topk_f64(double *x, const double *add, size_t n, size_t k, size_t nsample,
+                               uint64_t seed, int64_t *idx, double *vals, int zero)
+    size_t ck_threshold_count_f32(float *x, const float *add, size_t n, float thr)
+    size_t ck_threshold_count_f64(double *x, const double *add, size_t n, double thr)
+    size_t ck_threshold_f32(float *x, const float *add, size_t n, float thr, int64_t *idx,
+                            float *vals, size_t cap, int zero)
+    size_t ck_threshold_f64(double *x, const double *add, size_t n, double thr, int64_t *idx,
+                            double *vals, size_t cap, int zero)
     size_t ck_randk_f32(float *x, size_t n, uint32_t thr, uint64_t seed, float *vals, size_t cap,
                         int zero)
     size_t ck_randk_f64(double *x, size_t n, uint32_t thr, uint64_t seed, double *vals,

@@ -64,8 +64,16 @@ def check_bucketed(kind, n, bucket, q, scales, residual=None, levels=None, seed_
         raise ValueError(f"{kind}: stochastic rounding covers at most 2^32 elements, got {n}")
 
 
-def check_sparse(x, k, idx, vals, exact=True):
+def check_add(x, add):
+    """Validate a sparsifier's ``add`` (the gradient it adds into x): None or like x."""
+    if add is not None and (getattr(add, "dtype", None) != x.dtype or add.shape != x.shape):
+        raise ValueError(f"add must match x ({x.dtype}, {x.shape}), got "
+                         f"{getattr(add, 'dtype', type(add))}, {getattr(add, 'shape', '')}")
+
+
+def check_sparse(x, k, idx, vals, exact=True, add=None):
     """Validate a sparsifier's outputs: ``idx`` and ``vals`` of equal length (k for exact top-k)."""
+    check_add(x, add)
     if k < 0:
         raise ValueError(f"top-k: k must be >= 0, got {k}")
     _len("vals", vals, len(idx))

@@ -277,7 +277,8 @@ class Sign(_Bucketed):
 class _Sparse(Compressor):
     """A sparsifier: payload (indices, values), applied with a scatter-add.
 
-    Subclasses define ``_select(v, seed, zero) -> (idx, vals)``.
+    Subclasses define ``_select(v, add, seed, zero) -> (idx, vals)``, a selection from
+    v + add (add None: from v) that leaves v holding that sum.
     """
 
     unbiased = False
@@ -289,10 +290,10 @@ class _Sparse(Compressor):
         x = _flat(x)
         if residual is None:
             # With zero unset the kernels only read x; a read-only x still needs a copy for them.
-            idx, vals = self._select(x if x.flags.writeable else x.copy(), seed, False)
+            idx, vals = self._select(x if x.flags.writeable else x.copy(), None, seed, False)
         else:
-            residual += x
-            idx, vals = self._select(residual, seed, True)
+            # The kernels add x into the residual in their first pass over it.
+            idx, vals = self._select(residual, x, seed, True)
         return (idx, vals), self._ctx(x, seed)
 
     def decompress_add(self, dst, payload, ctx):
@@ -313,10 +314,10 @@ class TopK(_Sparse):
         super().__init__(**kw)
         self.ratio = float(ratio)
 
-    def _select(self, v, seed, zero):
+    def _select(self, v, add, seed, zero):
         k = _count(len(v), self.ratio)
         idx, vals = np.empty(k, np.int64), np.empty(k, v.dtype)
-        kernels.topk(v, k, idx, vals, zero)
+        kernels.topk(v, k, idx, vals, zero, add)
         return idx, vals
 
 
@@ -329,10 +330,11 @@ class DGC(TopK):
         super().__init__(ratio, **kw)
         self.sample = float(sample)
 
-    def _select(self, v, seed, zero):
+    def _select(self, v, add, seed, zero):
         k = _count(len(v), self.ratio)
         idx, vals = np.empty(k, np.int64), np.empty(k, v.dtype)
-        c = kernels.approx_topk(v, k, max(_count(len(v), self.sample), 64), seed, idx, vals, zero)
+        c = kernels.approx_topk(v, k, max(_count(len(v), self.sample), 64), seed, idx, vals, zero,
+                                add)
         return idx[:c], vals[:c]
 
 
@@ -345,8 +347,8 @@ class Threshold(_Sparse):
         super().__init__(**kw)
         self.threshold = float(threshold)
 
-    def _select(self, v, seed, zero):
-        c = kernels.threshold_count(v, self.threshold)
+    def _select(self, v, add, seed, zero):
+        c = kernels.threshold_count(v, self.threshold, add)
         idx, vals = np.empty(c, np.int64), np.empty(c, v.dtype)
         kernels.threshold(v, self.threshold, idx, vals, zero)
         return idx, vals

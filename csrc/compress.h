@@ -8,7 +8,10 @@
  * `accumulate` is set, so a receiver never materialises a temporary.
  * Stochastic kernels draw element i's uniform from rng.h's stream (seed, i).
  * Sparsifiers emit indices in increasing order; with `zero` set they also clear the selected
- * entries of x, which is the error-feedback residual update of a sparsifier. */
+ * entries of x, which is the error-feedback residual update of a sparsifier.  Top-k, approximate
+ * top-k and threshold take a non-NULL `add` as the new gradient: they set x += add in their
+ * first pass over x and select from the sum (x is then the residual).  Out of memory (-1)
+ * leaves x either as it was or holding the sum. */
 #ifndef COLLECTIVES_COMPRESS_H
 #define COLLECTIVES_COMPRESS_H
 
@@ -30,12 +33,13 @@
                             T *res);                                                        \
     void ck_sign_unpack_##SUF(const uint8_t *bits, const T *mags, size_t n, size_t bucket,  \
                               T *dst, int accumulate);                                      \
-    int ck_topk_##SUF(T *x, size_t n, size_t k, int64_t *idx, T *vals, int zero);           \
-    int64_t ck_approx_topk_##SUF(T *x, size_t n, size_t k, size_t nsample, uint64_t seed,   \
-                                 int64_t *idx, T *vals, int zero);                          \
-    size_t ck_threshold_count_##SUF(const T *x, size_t n, T thr);                           \
-    size_t ck_threshold_##SUF(T *x, size_t n, T thr, int64_t *idx, T *vals, size_t cap,     \
-                              int zero);                                                    \
+    int ck_topk_##SUF(T *x, const T *add, size_t n, size_t k, int64_t *idx, T *vals,        \
+                      int zero);                                                            \
+    int64_t ck_approx_topk_##SUF(T *x, const T *add, size_t n, size_t k, size_t nsample,    \
+                                 uint64_t seed, int64_t *idx, T *vals, int zero);           \
+    size_t ck_threshold_count_##SUF(T *x, const T *add, size_t n, T thr);                   \
+    size_t ck_threshold_##SUF(T *x, const T *add, size_t n, T thr, int64_t *idx, T *vals,   \
+                              size_t cap, int zero);                                        \
     size_t ck_randk_##SUF(T *x, size_t n, uint32_t thr, uint64_t seed, T *vals, size_t cap, \
                           int zero);                                                        \
     void ck_randk_scatter_add_##SUF(T *dst, size_t n, uint32_t thr, uint64_t seed,          \

@@ -104,9 +104,19 @@ static void randk_masks(uint64_t seed, uint32_t thr, size_t i0, size_t nb, uint1
 #define FOR_KEPT(i, n, thr, seed, BODY)                                                      \
     FOR_SET(i, n, randk_masks(seed, thr, c0_, nb_, masks_), BODY)
 
-/* Run BODY with i set to each index below n with lo <= (bits of |x[i]|) <= hi, in order. */
-#define FOR_IN_RANGE(SUF, i, x, n, lo, hi, BODY)                                             \
-    FOR_SET(i, n, range_masks_##SUF((x) + c0_, len_, lo, hi, masks_), BODY)
+/* Run BODY with i set to each index below n with lo <= (bits of |x[i]|) <= hi, in order.
+ * A non-NULL add is added into x chunk by chunk just before the chunk's masks are made, while
+ * it is in cache; added then counts the leading elements of x that hold their sum. */
+#define FOR_IN_RANGE(SUF, i, x, add, added, n, lo, hi, BODY)                                 \
+    FOR_SET(i, n,                                                                            \
+            {                                                                                \
+                if (add) {                                                                   \
+                    add_##SUF((x) + c0_, (add) + c0_, len_);                                 \
+                    (added) = c0_ + len_;                                                    \
+                }                                                                            \
+                range_masks_##SUF((x) + c0_, len_, lo, hi, masks_);                          \
+            },                                                                               \
+            BODY)
 
 /* The hand-vectorised range masks: blocks b < nb of 16 elements of the unsigned W-bit bit
  * patterns at u, bit j set when ((u[16 b + j] & ABS) - lo) <= span (unsigned, so it tests
@@ -209,12 +219,18 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
         }                                                                                    \
         return a[want];                                                                      \
     }                                                                                        \
+    /* x += a, the error feedback's residual update fused into a selection's first pass. */  \
+    CLONES static void add_##SUF(T *restrict x, const T *restrict a, size_t n)               \
+    {                                                                                        \
+        for (size_t i = 0; i < n; i++)                                                       \
+            x[i] += a[i];                                                                    \
+    }                                                                                        \
     CLONES static void histogram_##SUF(const ALIAS *b, size_t n, uint32_t *hist)             \
     {                                                                                        \
         for (size_t i = 0; i < n; i++)                                                       \
             hist[(b[i] & ABSMASK) >> (8 * sizeof(UT) - 1 - HBITS)]++;                        \
     }                                                                                        \
-    /* The r-th largest t of cand[0..m) (reordered); *ties = how many of the r equal t. */    \
+    /* The r-th largest t of cand[0..m) (reordered); *ties = how many of the r equal t. */   \
     static UT kth_##SUF(UT *cand, size_t m, size_t r, size_t *ties)                          \
     {                                                                                        \
         UT t = select_##SUF(cand, m, r);                                                     \
@@ -248,14 +264,20 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
         for (size_t j = 0; j < c; j++)                                                       \
             x[ci[j]] = cv[j];                                                                \
     }                                                                                        \
-    /* The radix select: the k-th largest key from a histogram of the top HBITS bits. */      \
-    static int topk_radix_##SUF(const T *x, size_t n, size_t k, UT *t, size_t *ties)         \
+    /* The radix select: the k-th largest key from a histogram of the top HBITS bits, made   \
+     * after adding add (unless NULL) into x chunk by chunk. */                              \
+    static int topk_radix_##SUF(T *x, const T *add, size_t n, size_t k, UT *t, size_t *ties) \
     {                                                                                        \
         const ALIAS *b = (const ALIAS *)x;                                                   \
         uint32_t *hist = calloc((size_t)1 << HBITS, sizeof *hist);                           \
         if (!hist)                                                                           \
             return -1;                                                                       \
-        histogram_##SUF(b, n, hist);                                                         \
+        for (size_t c0 = 0; c0 < n; c0 += CHUNK) {                                           \
+            size_t len = n - c0 < CHUNK ? n - c0 : CHUNK;                                    \
+            if (add)                                                                         \
+                add_##SUF(x + c0, add + c0, len);                                            \
+            histogram_##SUF(b + c0, len, hist);                                              \
+        }                                                                                    \
         size_t above = 0, bin = ((size_t)1 << HBITS) - 1;                                    \
         while (above + hist[bin] < k)                                                        \
             above += hist[bin--];                                                            \
@@ -273,26 +295,31 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
         free(cand);                                                                          \
         return 0;                                                                            \
     }                                                                                        \
-    /* *key = the r-th largest |x| bits of ns drawn at rng.h positions (bits mod n); -1 out of \
-     * memory. */                                                                            \
-    static int sample_kth_##SUF(const T *x, size_t n, size_t ns, uint64_t seed, size_t r,    \
-                                UT *key)                                                     \
+    /* *key = the r-th largest |x + add| bits (|x| when add is NULL) of ns drawn at rng.h    \
+     * positions (bits mod n); -1 out of memory. */                                          \
+    static int sample_kth_##SUF(const T *x, const T *add, size_t n, size_t ns, uint64_t seed, \
+                                size_t r, UT *key)                                           \
     {                                                                                        \
-        const ALIAS *b = (const ALIAS *)x;                                                   \
         UT *s = malloc(ns * sizeof *s);                                                      \
         if (!s)                                                                              \
             return -1;                                                                       \
-        for (size_t j = 0; j < ns; j++)                                                      \
-            s[j] = b[ck_rng_bits(seed, (uint32_t)j) % n] & ABSMASK;                          \
+        for (size_t j = 0; j < ns; j++) {                                                    \
+            size_t i = ck_rng_bits(seed, (uint32_t)j) % n;                                   \
+            T v = add ? x[i] + add[i] : x[i];                                                \
+            memcpy(&s[j], &v, sizeof v);                                                     \
+            s[j] &= ABSMASK;                                                                 \
+        }                                                                                    \
         *key = select_##SUF(s, ns, r);                                                       \
         free(s);                                                                             \
         return 0;                                                                            \
     }                                                                                        \
-    /* The sampled select: 1 when it wrote the top k, 0 when the sample missed (survivors     \
-     * fewer than k or more than planned), -1 out of memory. */                              \
-    static int topk_sampled_##SUF(T *x, size_t n, size_t k, int64_t *idx, T *vals, int zero) \
+    /* The sampled select: 1 when it wrote the top k, 0 when the sample missed (survivors    \
+     * fewer than k or more than planned), -1 out of memory.  A non-NULL add is added into x \
+     * in the scan; *added counts the leading elements of x that hold their sum on return. */ \
+    static int topk_sampled_##SUF(T *x, const T *add, size_t *added, size_t n, size_t k,     \
+                                  int64_t *idx, T *vals, int zero)                           \
     {                                                                                        \
-        /* e sample elements are expected at or above the k-th largest, with sd <= sqrt(e): \
+        /* e sample elements are expected at or above the k-th largest, with sd <= sqrt(e):  \
          * the sample's (e + 4 sqrt(e) + 1)-th largest is below it but for ~4 sd. */         \
         size_t e = (size_t)(((unsigned __int128)k * TOPK_SAMPLE + n - 1) / n), q = 0;        \
         while ((q + 1) * (q + 1) <= e)                                                       \
@@ -301,7 +328,7 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
         UT lo;                                                                               \
         if (r > TOPK_SAMPLE)                                                                 \
             return 0;                                                                        \
-        if (sample_kth_##SUF(x, n, TOPK_SAMPLE, TOPK_SEED, r, &lo))                          \
+        if (sample_kth_##SUF(x, add, n, TOPK_SAMPLE, TOPK_SEED, r, &lo))                     \
             return -1;                                                                       \
         /* About r n / TOPK_SAMPLE survive; twice that leaves room for the sample's error. */ \
         size_t cap = (size_t)(((unsigned __int128)2 * r * n) / TOPK_SAMPLE) + 64, c = 0;     \
@@ -312,7 +339,7 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
         /* Survivors are cleared as they are read (their cache lines are at hand then); the  \
          * ones not selected are put back afterwards, fewer writes than clearing the top k. */ \
         if (!rc)                                                                             \
-            FOR_IN_RANGE(SUF, i, x, n, lo, (UT)ABSMASK, {                                    \
+            FOR_IN_RANGE(SUF, i, x, add, *added, n, lo, (UT)ABSMASK, {                       \
                 if (c == cap)                                                                \
                     goto scanned; /* far more survive than planned: the sample missed */     \
                 keep_##SUF(x, i, ci, cv, &c, cap, zero);                                     \
@@ -339,68 +366,94 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
         free(cand);                                                                          \
         return rc;                                                                           \
     }                                                                                        \
-    int ck_topk_##SUF(T *x, size_t n, size_t k, int64_t *idx, T *vals, int zero)             \
+    int ck_topk_##SUF(T *x, const T *add, size_t n, size_t k, int64_t *idx, T *vals, int zero) \
     {                                                                                        \
+        size_t added = 0;                                                                    \
         if (k >= n) {                                                                        \
             for (size_t i = 0; i < n; i++) {                                                 \
+                T v = add ? x[i] + add[i] : x[i];                                            \
                 idx[i] = (int64_t)i;                                                         \
-                vals[i] = x[i];                                                              \
-                if (zero)                                                                    \
-                    x[i] = 0;                                                                \
+                vals[i] = v;                                                                 \
+                x[i] = zero ? 0 : v;                                                         \
             }                                                                                \
             return 0;                                                                        \
         }                                                                                    \
-        if (k == 0)                                                                          \
+        if (k == 0) {                                                                        \
+            if (add)                                                                         \
+                add_##SUF(x, add, n);                                                        \
             return 0;                                                                        \
+        }                                                                                    \
         if (n >= TOPK_MIN_N && k <= n / TOPK_MAX_FRACTION) {                                 \
-            int rc = topk_sampled_##SUF(x, n, k, idx, vals, zero);                           \
-            if (rc)                                                                          \
-                return rc < 0 ? -1 : 0;                                                      \
+            int rc = topk_sampled_##SUF(x, add, &added, n, k, idx, vals, zero);              \
+            if (rc > 0)                                                                      \
+                return 0;                                                                    \
+            /* A miss may have left the scan part way: the radix select needs all of x summed. */ \
+            if (add && added) {                                                              \
+                add_##SUF(x + added, add + added, n - added);                                \
+                add = NULL;                                                                  \
+            }                                                                                \
+            if (rc < 0)                                                                      \
+                return -1;                                                                   \
         }                                                                                    \
         UT t;                                                                                \
         size_t ties, c = 0;                                                                  \
-        if (topk_radix_##SUF(x, n, k, &t, &ties))                                            \
+        if (topk_radix_##SUF(x, add, n, k, &t, &ties))                                       \
             return -1;                                                                       \
-        FOR_IN_RANGE(SUF, i, x, n, t, (UT)ABSMASK, {                                         \
+        add = NULL; /* x holds the sum now */                                                \
+        FOR_IN_RANGE(SUF, i, x, add, added, n, t, (UT)ABSMASK, {                             \
             if (take_##SUF(((const ALIAS *)x)[i] & ABSMASK, t, &ties))                       \
                 keep_##SUF(x, i, idx, vals, &c, k, zero);                                    \
         })                                                                                   \
         return 0;                                                                            \
     }                                                                                        \
-    CLONES size_t ck_threshold_count_##SUF(const T *x, size_t n, T thr)                      \
+    CLONES static size_t count_##SUF(const T *x, size_t n, T thr)                             \
     {                                                                                        \
         size_t c = 0;                                                                        \
         for (size_t i = 0; i < n; i++)                                                       \
             c += (x[i] < 0 ? -x[i] : x[i]) >= thr;                                           \
         return c;                                                                            \
     }                                                                                        \
+    size_t ck_threshold_count_##SUF(T *x, const T *add, size_t n, T thr)                     \
+    {                                                                                        \
+        size_t c = 0;                                                                        \
+        if (!add)                                                                            \
+            return count_##SUF(x, n, thr);                                                   \
+        for (size_t c0 = 0; c0 < n; c0 += CHUNK) {                                           \
+            size_t len = n - c0 < CHUNK ? n - c0 : CHUNK;                                    \
+            add_##SUF(x + c0, add + c0, len);                                                \
+            c += count_##SUF(x + c0, len, thr);                                              \
+        }                                                                                    \
+        return c;                                                                            \
+    }                                                                                        \
     /* |x| >= thr is lo <= bits of |x| <= INFKEY (NaN above it) with lo the bits of thr, or  \
      * of 0 when thr <= 0; a NaN threshold keeps nothing. */                                 \
-    size_t ck_threshold_##SUF(T *x, size_t n, T thr, int64_t *idx, T *vals, size_t cap,      \
-                              int zero)                                                      \
+    size_t ck_threshold_##SUF(T *x, const T *add, size_t n, T thr, int64_t *idx, T *vals,    \
+                              size_t cap, int zero)                                          \
     {                                                                                        \
         UT lo = 0;                                                                           \
         size_t c = 0;                                                                        \
-        if (thr != thr)                                                                      \
+        size_t added __attribute__((unused)); /* the scan runs to the end: not needed */     \
+        if (thr != thr) {                                                                    \
+            if (add)                                                                         \
+                add_##SUF(x, add, n);                                                        \
             return 0;                                                                        \
+        }                                                                                    \
         if (thr > 0)                                                                         \
             memcpy(&lo, &thr, sizeof lo);                                                    \
-        FOR_IN_RANGE(SUF, i, x, n, lo, (UT)INFKEY,                                           \
+        FOR_IN_RANGE(SUF, i, x, add, added, n, lo, (UT)INFKEY,                               \
                      { keep_##SUF(x, i, idx, vals, &c, cap, zero); })                        \
         return c;                                                                            \
     }                                                                                        \
-    int64_t ck_approx_topk_##SUF(T *x, size_t n, size_t k, size_t nsample, uint64_t seed,    \
-                                 int64_t *idx, T *vals, int zero)                            \
+    int64_t ck_approx_topk_##SUF(T *x, const T *add, size_t n, size_t k, size_t nsample,     \
+                                 uint64_t seed, int64_t *idx, T *vals, int zero)             \
     {                                                                                        \
-        if (k == 0 || n == 0)                                                                \
-            return 0;                                                                        \
-        if (nsample == 0 || k >= n)                                                          \
-            return ck_topk_##SUF(x, n, k < n ? k : n, idx, vals, zero) ? -1                  \
+        if (nsample == 0 || k == 0 || k >= n)                                                \
+            return ck_topk_##SUF(x, add, n, k < n ? k : n, idx, vals, zero) ? -1             \
                                                                        : (int64_t)(k < n ? k : n); \
         /* The sample's ceil(k * nsample / n)-th largest estimates the k-th largest. */      \
         size_t r = (size_t)(((unsigned __int128)k * nsample + n - 1) / n);                   \
         UT key;                                                                              \
-        if (sample_kth_##SUF(x, n, nsample, seed, r, &key))                                  \
+        if (sample_kth_##SUF(x, add, n, nsample, seed, r, &key))                             \
             return -1;                                                                       \
         T thr;                                                                               \
         memcpy(&thr, &key, sizeof thr);                                                      \
@@ -416,7 +469,8 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
                 free(cv);                                                                    \
                 return -1;                                                                   \
             }                                                                                \
-            c = ck_threshold_##SUF(x, n, thr, ci, cv, cap, zero);                            \
+            c = ck_threshold_##SUF(x, add, n, thr, ci, cv, cap, zero);                       \
+            add = NULL; /* x holds the sum now: a rescan must not add again */               \
             if (c <= cap)                                                                    \
                 break;                                                                       \
             if (zero)                                                                        \
@@ -428,11 +482,11 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
         if (c <= k) {                                                                        \
             memcpy(idx, ci, c * sizeof *ci);                                                 \
             memcpy(vals, cv, c * sizeof *cv);                                                \
-        } else if ((rc = ck_topk_##SUF(cv, c, k, idx, vals, 0)) != 0) {                      \
+        } else if ((rc = ck_topk_##SUF(cv, NULL, c, k, idx, vals, 0)) != 0) {                \
             if (zero)                                                                        \
                 restore_##SUF(x, ci, cv, c);                                                 \
         } else                                                                               \
-            /* idx holds positions among the survivors, ascending: map them to x, and put   \
+            /* idx holds positions among the survivors, ascending: map them to x, and put    \
              * back the survivors not selected. */                                           \
             for (size_t j = 0, o = 0; j < c; j++)                                            \
                 if (o < k && idx[o] == (int64_t)j)                                           \

@@ -442,6 +442,122 @@ def test_sparsifiers_without_zero_leave_x(dtype, case):
         bits_equal(y, x)
 
 
+# Error feedback fused into the selection: residual r, gradient x, selection of v = r + x.
+# 70_003 = 16 * 4375 + 3 is long enough for the sampled top-k, with a ragged last block.
+FUSED_LENGTHS = [0, 1, 7, 15, 16 * 63 + 3, 16 * 4375 + 3]
+
+
+def fused_inputs(n, dtype, case):
+    """(r, x): a gradient case, v all equal (the sampled scan misses part way), sampled
+    positions of x huge (too few survive the estimate), or x cancelling r in places."""
+    r, x = data(n, dtype, seed=1), data(n, dtype, seed=2)
+    if case == "all_equal":
+        r[:], x[:] = 1.5, 1.0
+    elif case == "sample_hit" and n:
+        x = sample_hit(x)
+    elif case == "cancel":
+        x[::2] = -r[::2]
+    return r, x
+
+
+def check_fused(r, v, run, zero):
+    """Every implementation given add=x leaves r = v with its selection zeroed (if asked);
+    returns the last implementation's return value and selection (idx, vals)."""
+    for impl in IMPLS:
+        rz = r.copy()
+        ret, idx, vals = run(impl, rz, zero)
+        c = len(idx) if ret is None else min(ret, len(idx))
+        np.testing.assert_array_equal(vals[:c], v[idx[:c]])
+        want = v.copy()
+        if zero:
+            want[idx[:c]] = 0
+        bits_equal(rz, want)
+    return ret, idx[:c], vals[:c]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", FUSED_LENGTHS)
+@pytest.mark.parametrize("case", ["gradient", "all_equal", "sample_hit", "cancel"])
+@pytest.mark.parametrize("kfrac", ["1", "1%", "1/16", "n"])
+@pytest.mark.parametrize("zero", [True, False])
+def test_topk_fused_residual(dtype, n, case, kfrac, zero):
+    """Top-k of r + x with add=x: the stable argsort's top k of v, residual v minus them."""
+    r, x = fused_inputs(n, dtype, case)
+    v = r + x
+    k = min(n, {"1": 1, "1%": max(1, n // 100), "1/16": n // 16, "n": n}[kfrac])
+    want = np.sort(np.argsort(-np.abs(v), kind="stable")[:k])
+
+    def run(impl, rz, zero):
+        idx, vals = np.empty(k, np.int64), np.empty(k, dtype)
+        impl.topk(rz, k, idx, vals, zero, add=x)
+        return None, idx, vals
+
+    _, idx, _ = check_fused(r, v, run, zero)
+    np.testing.assert_array_equal(idx, want)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", FUSED_LENGTHS)
+@pytest.mark.parametrize("case", ["gradient", "all_equal", "cancel"])
+@pytest.mark.parametrize("nsample", [0, 1000])
+def test_approx_topk_fused_residual(dtype, n, case, nsample):
+    """DGC of r + x with add=x: what it selects from v given directly, residual v minus it."""
+    r, x = fused_inputs(n, dtype, case)
+    v = r + x
+    k = max(1, n // 100)
+    ref_idx, ref_vals = np.zeros(k, np.int64), np.zeros(k, dtype)
+    ref_c = kernels.numpy.approx_topk(v.copy(), k, nsample, 3, ref_idx, ref_vals)
+
+    def run(impl, rz, zero):
+        idx, vals = np.zeros(k, np.int64), np.zeros(k, dtype)
+        return impl.approx_topk(rz, k, nsample, 3, idx, vals, zero, add=x), idx, vals
+
+    c, idx, _ = check_fused(r, v, run, True)
+    assert c == ref_c
+    np.testing.assert_array_equal(idx, ref_idx[:c])
+    np.testing.assert_array_equal(idx, np.sort(np.argsort(-np.abs(v), kind="stable")[:c]))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", FUSED_LENGTHS)
+@pytest.mark.parametrize("case", ["gradient", "cancel"])
+@pytest.mark.parametrize("room", ["none", "half", "all"])
+@pytest.mark.parametrize("thr", [1.5, np.nan])
+def test_threshold_fused_residual(dtype, n, case, room, thr):
+    """Threshold (and its count) of r + x with add=x, with room for none, half or all of
+    those qualifying."""
+    r, x = fused_inputs(n, dtype, case)
+    v = r + x
+    want = np.flatnonzero(np.abs(v) >= dtype(thr))
+    cap = {"none": 0, "half": len(want) // 2, "all": len(want)}[room]
+
+    def run(impl, rz, zero):
+        idx, vals = np.empty(cap, np.int64), np.empty(cap, dtype)
+        return impl.threshold(rz, thr, idx, vals, zero, add=x), idx, vals
+
+    c, idx, _ = check_fused(r, v, run, True)
+    np.testing.assert_array_equal(idx, want[:cap])
+    assert c == len(want)
+    for impl in IMPLS:
+        rz = r.copy()
+        assert impl.threshold_count(rz, thr, add=x) == len(want)
+        bits_equal(rz, v)
+
+
+def test_fused_add_must_match():
+    """An add of another dtype or length is refused before anything is written."""
+    out = (np.empty(3, np.int64), np.empty(3))
+    calls = {"topk": (3, *out), "approx_topk": (3, 100, 0, *out), "threshold": (1.0, *out),
+             "threshold_count": (1.0,)}
+    for impl in IMPLS:
+        for fn, args in calls.items():
+            for bad in (np.ones(10, np.float32), np.ones(9)):
+                r = np.ones(10)
+                with pytest.raises(ValueError, match="add must match"):
+                    getattr(impl, fn)(r, *args, add=bad)
+                assert np.all(r == 1)
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("thr", [0.0, -0.0, -1.0, 1e-40, 3.0, np.inf, np.nan])
 def test_threshold_edges(dtype, thr):
