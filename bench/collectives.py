@@ -11,11 +11,12 @@ choose) and every algorithm of ``collectives.names(collective)`` forced by name 
 interleaved: each repetition times every contender once, in a fresh random order (the same on
 every rank), so drift within the launch (on this machine 1-4 MiB cells move 4x with core
 placement) hits all contenders alike, and no contender always runs after the same one: at
-16 MiB what the previous contender left in the shared 32 MiB L3 moved a row by 10%.  A sample is ``batch`` back-to-back calls after a
-Barrier, divided by ``batch`` and taken as the slowest rank's; min/p50/p99/max are over
-samples.  ``batch`` grows for small messages so a sample is long enough to time; a contender
-gets samples until its timed calls reach the iteration count (OSU's by default) or the time
-budget per size is spent, after warm-up calls.
+16 MiB the same plan measured 10% apart depending on what its predecessor left in the
+shared 32 MiB L3.  A sample is ``batch`` back-to-back calls after a Barrier, divided by
+``batch`` and taken as the slowest rank's; min/p50/p99/max are over samples.  ``batch``
+grows for small messages so a sample is long enough to time; a contender gets samples until
+its timed calls reach the iteration count (OSU's by default) or the time budget per size is
+spent, after warm-up calls.
 
 Correctness is checked once per size and contender, native included, against the exact
 result: inputs are small integers (multiples of 2**-10 below 2 in magnitude for floats), so

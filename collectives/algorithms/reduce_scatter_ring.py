@@ -7,8 +7,8 @@ passed through every rank and holds the full reduction at rank r.
 
 With ``apart`` (IN and ACC are different memory, as in an out-of-place call) a block is
 received straight into its place in ACC and IN's block combined into it there: no scratch,
-one write stream per block fewer (at 16 MiB on two ranks the scratch block of 8 MiB did not
-stay in cache and made the ring 1.3x slower).  In place the received block would overwrite
+one write stream per block fewer (at 16 MiB on two ranks the 8 MiB scratch block does not
+stay in cache; without it the all-reduce ran 1.1-1.3x faster, same launch, machine loaded).  In place the received block would overwrite
 the rank's own contribution before the combine, so it goes through scratch.
 
 With ``segment`` elements per message, each block goes as a train of segments received
