@@ -8,13 +8,15 @@ One launch measures, size by size, the native mpi4py call on the plain communica
 ``default`` row (``collectives.Comm(comm)`` with no options: what users get, the cross-rank
 argument check on), our ``auto`` row (``Comm(comm, check=False)`` letting the ``auto`` policy
 choose) and every algorithm of ``collectives.names(collective)`` forced by name (check off).  Within a size the contenders are
-interleaved: each repetition times every contender once, in an order rotated by one per
-repetition, so drift within the launch (on this machine 1-4 MiB cells move 4x with core
-placement) hits all contenders alike.  A sample is ``batch`` back-to-back calls after a
-Barrier, divided by ``batch`` and taken as the slowest rank's; min/p50/p99/max are over
-samples.  ``batch`` grows for small messages so a sample is long enough to time; a contender
-gets samples until its timed calls reach the iteration count (OSU's by default) or the time
-budget per size is spent, after warm-up calls.
+interleaved: each repetition times every contender once, in a fresh random order (the same on
+every rank), so drift within the launch (on this machine 1-4 MiB cells move 4x with core
+placement) hits all contenders alike, and no contender always runs after the same one: at
+16 MiB the same plan measured 10% apart depending on what its predecessor left in the
+shared 32 MiB L3.  A sample is ``batch`` back-to-back calls after a Barrier, divided by
+``batch`` and taken as the slowest rank's; min/p50/p99/max are over samples.  ``batch``
+grows for small messages so a sample is long enough to time; a contender gets samples until
+its timed calls reach the iteration count (OSU's by default) or the time budget per size is
+spent, after warm-up calls.
 
 Correctness is checked once per size and contender, native included, against the exact
 result: inputs are small integers (multiples of 2**-10 below 2 in magnitude for floats), so
@@ -304,10 +306,12 @@ def measure(comm, calls, budget, iterations, warmup, sample_s, min_reps=1):
     samples = np.zeros((int(target.max()), len(calls)))
     done = np.zeros(len(calls), dtype=int)
     stop = np.zeros(1, np.int32)
+    # A fixed seed gives every rank the same orders.  A fixed cyclic order (rotating it keeps
+    # the cycle) made each contender always follow the same one, whose cache footprint it paid.
+    orders = np.random.default_rng(0)
     start = MPI.Wtime()
-    rep = 0
     while not stop[0]:
-        for j in np.roll(np.arange(len(calls)), -rep):
+        for j in orders.permutation(len(calls)):
             if done[j] >= target[j]:
                 continue
             call, k = calls[j], batch[j]
@@ -317,7 +321,6 @@ def measure(comm, calls, budget, iterations, warmup, sample_s, min_reps=1):
                 call()
             samples[done[j], j] = (MPI.Wtime() - t0) / k
             done[j] += 1
-        rep += 1
         stop[0] = np.all(done >= target) or (
             np.all(done >= np.minimum(min_reps, target)) and MPI.Wtime() - start >= budget)
         comm.Bcast(stop, root=0)
@@ -483,7 +486,7 @@ def header(comm, collective, dtype="float32", bound=None):
         "#   a core (below MPI_THREAD_MULTIPLE; at multiple we measured no difference).  Ours is point-to-point.",
         "# time: a sample is `batch` calls back to back after a Barrier, divided by batch, slowest rank;",
         "#   min/p50/p99/max over samples; iters = calls timed (OSU's counts unless -i, cut short by the",
-        "#   time budget per size); contenders interleaved per repetition, order rotated",
+        "#   time budget per size); contenders interleaved per repetition, in a random order",
         "# native/ours = native p50 / ours p50: > 1.00 means ours is faster",
         f"# algbw = size / p50 time; busbw = algbw x {factor.get(collective, '(p-1)/p')} (nccl-tests)",
         "# #wrong: elements differing from the exact result, over all ranks (native checked too);",

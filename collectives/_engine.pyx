@@ -940,8 +940,10 @@ cdef class Fast:
         return <char *>cnp.PyArray_DATA(buf)
 
     cdef _Plan plan(self, int coll, object algorithm, tuple key, Py_ssize_t count,
-                    Py_ssize_t nbytes, bint uniform, tuple args, int op=-1, int dtype=-1):
-        """The cached plan for ``key``, made on a miss; None when the general path must run."""
+                    Py_ssize_t nbytes, bint uniform, tuple args, int op=-1, int dtype=-1,
+                    bint apart=False):
+        """The cached plan for ``key``, made on a miss; None when the general path must run.
+        ``apart``: the call's input and output do not overlap (``key`` must say so too)."""
         cdef _Plan pl
         cdef const char *env
         # A changed COLLECTIVES_<COLLECTIVE> changes every choice that deferred to it.
@@ -962,7 +964,7 @@ cdef class Fast:
         if pl is None:
             try:
                 made = self.make_plan(self.names[coll], algorithm, count, nbytes, uniform, args,
-                                      None if op < 0 else op, dtype)
+                                      None if op < 0 else op, dtype, apart)
             except (ValueError, TypeError):
                 return None  # the general path raises it, after agreeing with the other ranks
             pl = _Plan()
@@ -1062,7 +1064,7 @@ cdef class Fast:
         cdef Py_buffer views[2]
         cdef int nheld = 0, opc
         cdef int64_t *fields
-        cdef bint in_place = in_place_spec(sendbuf)
+        cdef bint in_place = in_place_spec(sendbuf), apart
         cdef _Plan pl
         if not self.ready():
             return False
@@ -1076,8 +1078,9 @@ cdef class Fast:
                 return False
             if send.count != recv.count or send.dtype != recv.dtype or overlap(&send, &recv):
                 return False
-            pl = self.plan(ALLREDUCE, algorithm, (ALLREDUCE, algorithm, recv.count, recv.dtype, opc),
-                           recv.count, recv.count * recv.size, True, (recv.count,), opc, recv.dtype)
+            apart = send.ptr != recv.ptr
+            pl = self.plan(ALLREDUCE, algorithm, (ALLREDUCE, algorithm, recv.count, recv.dtype, opc, apart),
+                           recv.count, recv.count * recv.size, True, (recv.count,), opc, recv.dtype, apart)
             if pl is None:
                 return False
             fields = self.fields()

@@ -82,10 +82,16 @@ def buffer(comm, purpose, nbytes):
     return buf[:nbytes]
 
 
+def plan_args(algo, args, apart):
+    """``args`` of ``algo``'s builder, with ``apart`` (IN and ACC do not overlap) if it takes it."""
+    return (*args, apart) if algo.apart else args
+
+
 def execute(comm, algo, args, acc, inp, dtype, op, collective, out=None):
     """Run ``algo``'s schedule for ``args`` on ``acc`` (input ``inp``, output block ``out``) in
     this process's executor."""
-    steps, tmp_count, nreq = plan(algo.name, comm.rank, comm.size, *args)
+    steps, tmp_count, nreq = plan(algo.name, comm.rank, comm.size,
+                                  *plan_args(algo, args, inp is not None and inp is not acc))
     execute_steps(comm, steps, tmp_count, nreq, acc, inp, dtype, op, TAG[collective],
                   f"{collective} ({algo.name})", out)
 
@@ -111,17 +117,18 @@ def execute_steps(comm, steps, tmp_count, nreq, acc, inp, dtype, op, tag, name, 
         raise
 
 
-def plan_fast(comm, collective, algorithm, count, nbytes, uniform, args, op=None, dtype=None):
+def plan_fast(comm, collective, algorithm, count, nbytes, uniform, args, op=None, dtype=None,
+              apart=False):
     """What the fast path caches for one call shape: (steps, tmp_count, nreq, reads_in, name,
     index of the algorithm, payload kind of a fused one or -1); ``op`` and ``dtype`` codes of a
-    reduction are checked."""
+    reduction are checked; ``apart``: the input and output do not overlap."""
     if op is not None and not supports(OP_NAMES[op], DTYPES[dtype]):
         raise TypeError(f"{collective}: op {OP_NAMES[op]} is not defined on {np.dtype(DTYPES[dtype])}")
     algo = choose(comm, collective, algorithm, count, nbytes, uniform)
     index = choices(collective).index(algo.name)
     if algo.fused is not None:
         return (_NO_STEPS, 0, 0, False, algo.name, index, algo.fused)
-    steps, tmp_count, nreq = plan(algo.name, comm.rank, comm.size, *args)
+    steps, tmp_count, nreq = plan(algo.name, comm.rank, comm.size, *plan_args(algo, args, apart))
     return (steps, tmp_count, nreq, algo.reads_in, algo.name, index, -1)
 
 

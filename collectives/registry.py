@@ -32,7 +32,8 @@ log = logging.getLogger("collectives")
 class Algorithm:
     """One row of the table: a schedule builder and the restriction it places on its use."""
 
-    def __init__(self, name, restriction=None, why="", reads_in=False, node_aware=False, fused=None):
+    def __init__(self, name, restriction=None, why="", reads_in=False, node_aware=False, fused=None,
+                 apart=False):
         self.name = name
         # The checked exchange's payload kind (collectives.exchange) of a fused collective,
         # which has no schedule: the exchange is the collective.
@@ -44,6 +45,9 @@ class Algorithm:
         # Reads its input from IN itself (an all-reduce or reduce-scatter); the others get
         # the input copied into ACC first.
         self.reads_in = reads_in
+        # Its builder takes a last argument ``apart``: IN and ACC do not overlap (out of
+        # place), so it may receive into ACC instead of scratch.
+        self.apart = apart
 
     def applies(self, size, count, uniform, nbytes=0):
         """None when usable for this call, else the reason it is not."""
@@ -79,7 +83,7 @@ ALGORITHMS = {
         Algorithm("allreduce_round_robin", reads_in=True),
         Algorithm("allreduce_recursive_doubling"),
         Algorithm("allreduce_rabenseifner", reads_in=True),
-        Algorithm("allreduce_ring", reads_in=True),
+        Algorithm("allreduce_ring", reads_in=True, apart=True),
         Algorithm("allreduce_ring_segmented", reads_in=True),
     ],
     "bcast": [

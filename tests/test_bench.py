@@ -86,6 +86,23 @@ def test_iterations_and_warmup(mpi_comm):
     assert bench.osu_counts(8, defaults=p2p.OSU_P2P["latency"]) == (10000, 100)
 
 
+def test_interleave_order(mpi_comm):
+    # Every rank times the calls in the same order (else the collectives would pair up wrongly),
+    # and no call always runs right after the same one: its predecessor's cache footprint
+    # would bias it (a rotated fixed order has that fault).
+    trace = []
+    calls = [lambda j=j: trace.append(j) for j in range(5)]
+    bench.measure(mpi_comm, calls, budget=60.0, iterations=40, warmup=0, sample_s=0.0)
+    timed = trace[2 * len(calls):]  # after each call's two estimating calls
+    assert sorted(timed) == sorted(list(range(5)) * 40)
+    assert mpi_comm.allgather(timed) == [timed] * mpi_comm.size
+    reps = [timed[i:i + 5] for i in range(0, len(timed), 5)]
+    assert all(sorted(rep) == list(range(5)) for rep in reps)
+    for j in range(5):
+        before = {rep[rep.index(j) - 1] for rep in reps if rep.index(j)}
+        assert len(before) > 1, (j, before)
+
+
 @pytest.mark.parametrize("test", p2p.TESTS)
 def test_p2p(mpi_comm, test):
     if mpi_comm.size < 2:

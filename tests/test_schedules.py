@@ -179,13 +179,16 @@ def _counts(p):
 
 
 def _check_allreduce(algorithm, sizes, eager):
-    for p in RANKS:
+    # An algorithm taking ``apart`` builds an in-place and an out-of-place schedule.
+    for p, extra in itertools.product(RANKS, ((False,), (True,)) if algorithm.apart else ((),)):
         for n in sizes(p):
             data = _inputs(p, n)
             if algorithm.reads_in:
-                out = Machine(algorithm.build, p, (n,), lambda r: ([None] * n, data[r]), eager).run()
+                m = Machine(algorithm.build, p, (n, *extra), lambda r: ([None] * n, list(data[r])), eager)
+                out = m.run()
+                assert [b[IN] for b in m.bufs] == data, f"p={p} n={n}: IN written"
             else:
-                out = Machine(algorithm.build, p, (n,), lambda r: (list(data[r]), None), eager).run()
+                out = Machine(algorithm.build, p, (n, *extra), lambda r: (list(data[r]), None), eager).run()
             for i in range(n):
                 assert sorted(_leaves(out[0][i])) == sorted(d[i] for d in data), (p, n, i)
                 assert all(o[i] == out[0][i] for o in out), f"p={p} n={n}: element {i} differs"
