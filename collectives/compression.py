@@ -69,7 +69,10 @@ passes: k (N - 1) / N * (payload / vector) >= NODE_RATIO, the bandwidth between 
 the intra-node reduce-scatter/all-gather's (1/8: on a 2 x 2 testbed of 1 Gbit/s links,
 16 MiB, int8 (0.25) ran node-aware in 63 ms against 87 flat, sign (0.03) in 38 against 21).
 The sum shape and the dense fallback move the same vector within and between nodes, so
-they always go node-aware.  Uneven layouts (nodes of different sizes) keep the flat shape.
+they always go node-aware.  The sparse all-gather goes node-aware too: each rank's pairs
+cross to each other node once (to its lane), then travel within the node, so a node link
+carries (N - 1) k pair payloads instead of k (p - k), the same pairs decoded in the same rank
+order as the flat shape.  Uneven layouts (nodes of different sizes) keep the flat shape.
 
 Both shapes (the flat one being a single lane of nodes of one rank) run as one pipeline
 (``_pipeline``): each rank's cell (its lane chunk of its shard) is cut into S pieces of whole
@@ -117,6 +120,7 @@ class Compressor:
         self.seed = int(seed)
         self.error_feedback = self.feedback if error_feedback is None else bool(error_feedback)
         self.step = 0
+        self.ratios = {}        # dtype -> payload bytes per input byte (_payload_ratio)
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.name}>"
@@ -472,7 +476,7 @@ def allreduce(comm, grad, compressor, state=None, average=False, report=None):
     nodes = _across_nodes(comm)
     if nodes is not None and compressor.shape == "requantize" and not _node_aware_pays(nodes, compressor, g.dtype):
         nodes = None
-    stats = Stats(compressor.shape + ("/node" if nodes is not None and compressor.shape != "sparse" else ""))
+    stats = Stats(compressor.shape + ("/node" if nodes is not None else ""))
     seed = compressor.next_seed(rank)
     out = _SHAPES[compressor.shape](comm, nodes, g, compressor, state, seed, stats)
     if average and p > 1:
@@ -531,11 +535,15 @@ NODE_RATIO = 1 / 8
 
 def _node_aware_pays(nodes, compressor, dtype):
     """Whether the node-aware requantize saves more time between nodes than it adds within
-    them, from ``compressor``'s payload bytes per input byte on one unit of zeros."""
-    x = np.zeros(compressor.unit, dtype)
-    payload, _ = compressor.compress(x)
+    them, from ``compressor``'s payload bytes per input byte on one unit of zeros (once per
+    compressor and dtype)."""
+    dtype = np.dtype(dtype)
+    if dtype not in compressor.ratios:
+        x = np.zeros(compressor.unit, dtype)
+        payload, _ = compressor.compress(x)
+        compressor.ratios[dtype] = sum(a.nbytes for a in payload) / x.nbytes
     k, N = nodes.counts[0], len(nodes.counts)
-    return k * (N - 1) / N * sum(a.nbytes for a in payload) / x.nbytes >= NODE_RATIO
+    return k * (N - 1) / N * compressor.ratios[dtype] >= NODE_RATIO
 
 
 def _across_nodes(comm):
@@ -571,8 +579,9 @@ def _reduce(comm, nodes, v, compressor, state, seed, stats):
 # handshakes that wait for the peer to be scheduled: on the 2-core testbed (4 ranks, 2 x 2,
 # int8, 16 MiB) segments of 8 MiB ran in 62 ms, of 2 MiB in 81, 512 KiB in 155, one in 69.
 SEGMENT_BYTES = 8 << 20
-# Tags on the private communicators: intra-node sum, lane phases 1 and 2, intra-node share.
-_TAG_SUM, _TAG_SCATTER, _TAG_GATHER, _TAG_SHARE = 60, 61, 62, 63
+# Tags on the private communicators: intra-node sum, lane phases 1 and 2, intra-node share,
+# sparse pairs (_gather_pairs).
+_TAG_SUM, _TAG_SCATTER, _TAG_GATHER, _TAG_SHARE, _TAG_PAIRS = 60, 61, 62, 63, 64
 
 
 def segments(n, itemsize, unit, cells):
@@ -755,7 +764,8 @@ def _sparse(comm, nodes, g, compressor, state, seed, stats):
     bound on the union of indices, would take more bytes than the dense reduce-scatter/
     all-gather of values (total * pair > 2 n itemsize), each rank scatters its pairs into a
     dense vector and that is summed instead; otherwise each rank sends its pairs to every
-    other rank (indices as uint32 when n allows) and every rank adds them up in rank order.
+    other rank (indices as uint32 when n allows; across nodes, ``_gather_pairs``) and every
+    rank adds them up in rank order.
     """
     p, n = comm.Get_size(), len(g)
     residual = state.residual_for(g) if state is not None else None
@@ -775,13 +785,48 @@ def _sparse(comm, nodes, g, compressor, state, seed, stats):
         return _reduce(comm, nodes, dense, Compressor(), None, seed, stats)
     with stats.timing("compress"):
         send = _pack((idx.astype(index), vals))
-    got = _exchange(comm, stats, send, np.full(p, len(send)), np.zeros(p, np.int64), counts * pair)
+    if nodes is None:
+        got = _exchange(comm, stats, send, np.full(p, len(send)), np.zeros(p, np.int64), counts * pair)
+    else:
+        got = _gather_pairs(nodes, stats, send, counts * pair)
     out = np.zeros_like(g)
     with stats.timing("decompress"):
         for c, buf in zip(counts, got):
             i, v = _unpack(buf, (np.empty(c, index), np.empty(c, g.dtype)))
             compressor.decompress_add(out, (i.astype(np.int64), v), ctx)
     return out
+
+
+def _gather_pairs(nodes, stats, send, nbytes):
+    """Every rank's packed pairs, in rank order, across nodes: this rank's ``send`` goes to the
+    other ranks of its lane (one copy per other node), then each rank passes its lane's pairs
+    to the other ranks of its node (shared memory).  A node link carries each of its ranks'
+    pairs N - 1 times instead of the flat all-gather's p - k: k times fewer bytes between
+    nodes.  ``nbytes[r]``: the size of rank r's pairs."""
+    grid, local, me = nodes.grid, nodes.local, nodes.lane.rank
+    k, N = grid.shape
+    lane = [send if m == me else np.empty(nbytes[grid[local, m]], np.uint8) for m in range(N)]
+    reqs = []
+    with stats.timing("communicate"):
+        for m in range(N):
+            if m != me:
+                _post(reqs, nodes.lane._coll, [lane[m]], m, _TAG_PAIRS, recv=True)
+                _post(reqs, nodes.lane._coll, [send], m, _TAG_PAIRS)
+        MPI.Request.Waitall(reqs)
+        stats.wire_bytes += (N - 1) * len(send)
+        node = [lane if q == local else [np.empty(nbytes[grid[q, m]], np.uint8) for m in range(N)]
+                for q in range(k)]
+        reqs = []
+        for q in range(k):
+            if q != local:
+                _post(reqs, nodes.intra._coll, node[q], q, _TAG_PAIRS, recv=True)
+                _post(reqs, nodes.intra._coll, lane, q, _TAG_PAIRS)
+        MPI.Request.Waitall(reqs)
+    got = [None] * (k * N)
+    for q in range(k):
+        for m in range(N):
+            got[grid[q, m]] = node[q][m]
+    return got
 
 
 _SHAPES = {"requantize": _quantized, "sum": _summed, "sparse": _sparse}

@@ -65,6 +65,13 @@ class Nodes:
         self.intra = _flat(Comm, comm._coll.Split(int(node), comm.rank), comm)
         self.local = self.intra.rank
         self.lane = _flat(Comm, comm._coll.Split(self.local, comm.rank), comm)
+        # grid[l][m]: the rank (in ``comm``) that is the l-th of its node and the m-th of its lane
+        # (uniform layouts only).
+        self.grid = None
+        if self.uniform:
+            self.grid = np.zeros((counts[0], len(counts)), np.int64)
+            for r, (l, m) in enumerate(comm._coll.allgather((self.local, self.lane.rank))):
+                self.grid[l, m] = r
 
     def free(self):
         """Release the sub-communicators."""

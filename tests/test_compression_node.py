@@ -184,6 +184,36 @@ def test_error_feedback_across_nodes(monkeypatch, segmented, spec, name, setting
     assert np.max(np.abs(left)) > 1e-6 * scale  # something was held back: the check has teeth
 
 
+@pytest.mark.parametrize("spec", LAYOUTS)
+@pytest.mark.parametrize("name", ["topk", "dgc", "threshold"])
+def test_sparse_pairs_cross_to_each_node_once(monkeypatch, spec, name):
+    """The sparse all-gather across nodes, two steps with error feedback: the bits of decoding
+    every rank's pairs in rank order (NumPy, rank by rank; the dense fallback of small vectors
+    within rounding), identical on every rank; top-k's pairs (k of them, uint32 index + float64
+    value) go to each other node once, plus the counts."""
+    comm, counts = node_comm(monkeypatch, spec)
+    p, r, N = WORLD.size, WORLD.rank, len(counts)
+    with comm:
+        for n in SIZES + [20_011]:
+            comp, state = COMPRESSORS[name](**SETTINGS[name]), None
+            for step in range(2):
+                out, state = allreduce(comm, grad(r, n, step, np.float64), comp, state)
+            what = f"{name} {spec} n={n}: {comp.last}"
+            want = expected(name, p, n, 2, np.float64)
+            if comp.last.shape == "sparse/node":
+                np.testing.assert_array_equal(out, want, err_msg=what)
+            else:  # the dense fallback, summed in another order
+                gs = [grad(q, n, 1, np.float64) for q in range(p)]
+                np.testing.assert_allclose(out, want, rtol=0, atol=np.max(rounding(gs, np.float64), initial=0) * 4,
+                                           err_msg=what)
+            assert_same_bits(out, what)
+            assert comp.last.shape.endswith("/node"), what
+            if name == "topk" and n == 20_011:
+                assert comp.last.shape == "sparse/node", what
+                k = round(SETTINGS[name]["ratio"] * n)
+                assert comp.last.wire_bytes == 8 * (p - 1) + (N - 1) * k * (4 + 8), what
+
+
 @pytest.mark.parametrize("flat", ["one node", "one rank per node", "uneven"])
 @pytest.mark.parametrize("name", ["none", "int8"])
 def test_flat_shape_otherwise(monkeypatch, segmented, flat, name):
