@@ -1289,9 +1289,10 @@ cdef class Fast:
                 return False
             counts = tuple([cnt[i] for i in range(p)])
             # Not in place, the schedule writes the rank's block straight into recvbuf (OUT).
+            # ACC is always scratch here, apart from the input.
             pl = self.plan(REDUCE_SCATTER, algorithm,
                            (REDUCE_SCATTER, algorithm, recv.dtype, opc, counts, in_place),
-                           total, total * send.size, uniform, (counts, not in_place), opc, recv.dtype)
+                           total, total * send.size, uniform, (counts, not in_place), opc, recv.dtype, True)
             if pl is None:
                 return False
             nf = self.block_fields(recv.dtype, opc, 0, cnt)

@@ -99,7 +99,7 @@ ALGORITHMS = {
         Algorithm("allgather_pairwise"),
     ],
     "reduce_scatter": [
-        Algorithm("reduce_scatter_ring", reads_in=True),
+        Algorithm("reduce_scatter_ring", reads_in=True, apart=True),
         Algorithm("reduce_scatter_recursive_halving", reads_in=True),
         Algorithm("reduce_scatter_pairwise", reads_in=True),
     ],

@@ -218,13 +218,14 @@ def test_allgather_schedule(algorithm, eager):
 @pytest.mark.parametrize("algorithm", ALGORITHMS["reduce_scatter"], ids=lambda a: a.name)
 def test_reduce_scatter_schedule(algorithm, eager):
     """With ``out`` the rank's block must end in OUT (the executors then copy nothing out)."""
-    for p, out in itertools.product(RANKS, (False, True)):
+    # An algorithm taking ``apart`` builds both schedules (IN apart from ACC, or not).
+    for p, out, extra in itertools.product(RANKS, (False, True), ((False,), (True,)) if algorithm.apart else ((),)):
         for counts in _counts(p):
             at = displacements(counts) + (sum(counts),)
             data = _inputs(p, at[p])
             # An algorithm reading IN starts from an ACC (and OUT) of unknowns, so any read
             # of them before they are written shows up as a None leaf.
-            m = Machine(algorithm.build, p, (counts, out),
+            m = Machine(algorithm.build, p, (counts, out, *extra),
                         (lambda r: ([None] * at[p], list(data[r]), [None] * counts[r]))
                         if algorithm.reads_in else (lambda r: (list(data[r]), None, None)), eager)
             accs = m.run()

@@ -5,11 +5,13 @@ of its partial sums to its right neighbour and receives block (r-k-2) mod p from
 neighbour into scratch, then combines it into its own copy.  After p-1 steps block r has
 passed through every rank and holds the full reduction at rank r.
 
-With ``apart`` (IN and ACC are different memory, as in an out-of-place call) a block is
-received straight into its place in ACC and IN's block combined into it there: no scratch,
-one write stream per block fewer (at 16 MiB on two ranks the 8 MiB scratch block does not
-stay in cache; without it the all-reduce ran 1.1-1.3x faster, same launch, machine loaded).  In place the received block would overwrite
-the rank's own contribution before the combine, so it goes through scratch.
+With ``apart`` (IN and ACC are different memory: an out-of-place all-reduce, and every
+reduce-scatter, whose ACC is scratch) a block is received straight into its place in ACC (the
+rank's own into OUT, with ``out``) and IN's block combined into it there: no scratch, one
+write stream per block fewer (at 16 MiB on two ranks the 8 MiB scratch block does not stay in
+cache; without it the all-reduce ran 1.1-1.3x faster, same launch, machine loaded).  In place
+the received block would overwrite the rank's own contribution before the combine, so it goes
+through scratch.
 
 With ``segment`` elements per message, each block goes as a train of segments received
 alternately into two scratch slots: segment j is combined while segment j+1 is on the wire,
@@ -41,10 +43,10 @@ def segments(off, cnt, segment):
     return [(at, min(segment, off + cnt - at)) for at in range(off, off + cnt, segment)]
 
 
-def reduce_scatter_ring(s, counts, out=False, segment=None, apart=False):
+def reduce_scatter_ring(s, counts, out=False, apart=False, segment=None):
     """Reduce-scatter IN into ACC (this rank's block into OUT with ``out``) around the ring, in
     messages of at most ``segment`` elements; ``apart``: IN and ACC do not overlap, so blocks
-    are received into ACC (the all-reduce's choice; not with ``out``)."""
+    are received where they end (ACC, or OUT for this rank's) and IN combined into them."""
     p, r = s.size, s.rank
     displs = displacements(counts)
     segment = segment or max(counts, default=0) or 1
@@ -58,12 +60,12 @@ def reduce_scatter_ring(s, counts, out=False, segment=None, apart=False):
             arrived = None
             if j < len(recvs):
                 off, cnt = recvs[j]
+                # Block r arrives last, complete after its combine.
+                dst = (OUT, off - displs[r], cnt) if out and into == r else (ACC, off, cnt)
                 if apart:
-                    arrived = ((ACC, off, cnt), (IN, off, cnt))
-                    s.irecv(left, *arrived[0])
+                    arrived = (dst, (IN, off, cnt))
+                    s.irecv(left, *dst)
                 else:
-                    # Block r arrives last, complete after its combine.
-                    dst = (OUT, off - displs[r], cnt) if out and into == r else (ACC, off, cnt)
                     arrived = (dst, (TMP, (j % 2) * segment, cnt), (IN, off))
                     s.irecv(left, *arrived[1])
             if j < len(sends):
