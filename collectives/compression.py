@@ -65,8 +65,8 @@ Each node link then carries 2 (N - 1) / N of P, where the flat shape over all p 
 sends k (p - k) / p of P per phase out of each node, 2 k (N - 1) / N in all: k times fewer
 bytes between nodes, for 2 (k - 1) / k of the uncompressed vector per rank through shared
 memory.  That pays when the bytes saved between nodes take longer than the extra intra-node
-passes: k (N - 1) / N * (payload / vector) >= NODE_RATIO, the bandwidth between nodes over
-the intra-node reduce-scatter/all-gather's (1/8: on a 2 x 2 testbed of 1 Gbit/s links,
+passes: k (N - 1) / N * (payload / vector) >= NODE_RATIO (or COLLECTIVES_NODE_RATIO), the
+bandwidth between nodes over the intra-node reduce-scatter/all-gather's (1/8: on a 2 x 2 testbed of 1 Gbit/s links,
 16 MiB, int8 (0.25) ran node-aware in 63 ms against 87 flat, sign (0.03) in 38 against 21).
 The sum shape and the dense fallback move the same vector within and between nodes, so
 they always go node-aware.  The sparse all-gather goes node-aware too: each rank's pairs
@@ -84,6 +84,7 @@ kernels; communication is the rest of the call's wall time (waiting for messages
 intra-node sums); only bytes sent to other nodes count.
 """
 import contextlib
+import os
 import time
 import warnings
 
@@ -530,7 +531,23 @@ def _exchange(comm, stats, send, sendcounts, sdispls, recvcounts):
 
 
 # Bandwidth between nodes over that of the intra-node phases: see the module docstring.
+# COLLECTIVES_NODE_RATIO overrides it (a fast network between nodes wants a larger value).
 NODE_RATIO = 1 / 8
+
+
+def node_ratio():
+    """NODE_RATIO, or the COLLECTIVES_NODE_RATIO set in the environment (ValueError naming it
+    unless it is a number >= 0)."""
+    text = os.environ.get("COLLECTIVES_NODE_RATIO", "").strip()
+    if not text:
+        return NODE_RATIO
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise ValueError(f"COLLECTIVES_NODE_RATIO={text!r}: expected a number >= 0 (default {NODE_RATIO:g})")
+    return value
 
 
 def _node_aware_pays(nodes, compressor, dtype):
@@ -543,7 +560,7 @@ def _node_aware_pays(nodes, compressor, dtype):
         payload, _ = compressor.compress(x)
         compressor.ratios[dtype] = sum(a.nbytes for a in payload) / x.nbytes
     k, N = nodes.counts[0], len(nodes.counts)
-    return k * (N - 1) / N * compressor.ratios[dtype] >= NODE_RATIO
+    return k * (N - 1) / N * compressor.ratios[dtype] >= node_ratio()
 
 
 def _across_nodes(comm):

@@ -264,6 +264,24 @@ def test_requantize_goes_node_aware_where_it_pays(monkeypatch, spec):
             assert comp.last.shape == shape, (name, spec, comp.last)
 
 
+@pytest.mark.parametrize("spec", ["2x2", "2x4"])
+def test_node_ratio_from_the_environment(monkeypatch, spec):
+    """COLLECTIVES_NODE_RATIO moves the threshold: 0 sends sign node-aware too, 1e9 keeps int8
+    flat; a value that is not a number >= 0 is refused by name."""
+    comm, _ = node_comm(monkeypatch, spec, force=False)
+    g = grad(WORLD.rank, 4099, 0, np.float32)
+    with comm:
+        for ratio, name, shape in [("0", "sign", "requantize/node"), ("1e9", "int8", "requantize")]:
+            monkeypatch.setenv("COLLECTIVES_NODE_RATIO", ratio)
+            comp = COMPRESSORS[name]()
+            allreduce(comm, g, comp)
+            assert comp.last.shape == shape, (ratio, name, spec, comp.last)
+        for bad in ("fast", "-1", "nan"):
+            monkeypatch.setenv("COLLECTIVES_NODE_RATIO", bad)
+            with pytest.raises(ValueError, match="COLLECTIVES_NODE_RATIO"):
+                compression.node_ratio()
+
+
 @pytest.mark.parametrize("n,k,N,S,unit", [(0, 2, 2, 1, 64), (1, 2, 2, 1, 64), (4099, 2, 2, 3, 64),
                                           (10_007, 3, 2, 5, 64), (10_007, 2, 4, 7, 1), (100, 4, 2, 9, 8)])
 def test_pieces_keep_shards_and_cells(n, k, N, S, unit):
