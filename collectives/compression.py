@@ -121,7 +121,7 @@ class Compressor:
         self.seed = int(seed)
         self.error_feedback = self.feedback if error_feedback is None else bool(error_feedback)
         self.step = 0
-        self.ratios = {}        # dtype -> payload bytes per input byte (_payload_ratio)
+        self.ratios = {}        # dtype -> payload bytes per input byte (_node_aware_pays)
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.name}>"

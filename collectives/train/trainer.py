@@ -362,11 +362,11 @@ class Trainer:
             self._print(f"{row['epoch']:>6} {row['step']:>7} {F:>18.12f} {train_m:>10.4f}{test} "
                         f"{row['compute']:>10.3f} {row['comm']:>8.3f}" + "".join(" " + v for _, v in extra))
 
-    def diverged(self, step=None):
+    def diverged(self):
         """The message for a run whose objective or parameters stopped being finite: where it
-        happened (the first report that saw it, else ``step``) and what to try."""
+        happened (the first report that saw it, else the current step) and what to try."""
         bad = next((r for r in self.history if not np.isfinite(r["objective"])), None)
-        where = f"epoch {bad['epoch']} (step {bad['step']})" if bad else f"step {step if step is not None else self.t}"
+        where = f"epoch {bad['epoch']} (step {bad['step']})" if bad else f"step {self.t}"
         hint = (f"try a smaller --lr (now {self.o['lr']:g})" if self.o["optimizer"] in ("sgd", "adam")
                 else "try a larger --lam or standardized features")
         return f"training diverged: the objective is not finite from {where}; {hint}"
@@ -410,7 +410,7 @@ class Trainer:
         error = None
         if self.rank == 0 and not all(np.isfinite(v).all() for v in state.values()
                                       if isinstance(v, np.ndarray) and v.dtype.kind == "f"):
-            error = DataError(f"{self.diverged(step=self.t)}; {path} was not overwritten")
+            error = DataError(f"{self.diverged()}; {path} was not overwritten")
         elif self.rank == 0:
             meta = dict(nranks=self.size, layout=layout, model=type(self.model).__name__,
                         model_size=self.model.size, options={k: self.o[k] for k in ckpt.SETTINGS},
