@@ -20,7 +20,7 @@ from mpi4py import MPI as pyMPI
 from mpi4py.libmpi cimport *
 
 from collectives._csrc cimport ck_reduce, ck_itemsize
-from collectives.exchange import FUSED_BYTES, TAG as EXCHANGE_TAG
+from collectives.exchange import FUSED_BYTES, SCHEDULE_TAG, TAG as EXCHANGE_TAG
 from collectives.registry import PLAN_OVERHEAD
 from collectives.watchdog import GRACE_S, MAX_PAUSE_S, SPIN_S, YIELD_S, StallError, call_number
 
@@ -97,6 +97,7 @@ DEF NEVER_S = 1e300  # the wait limit of an unwatched schedule
 DEF TIMED_OUT = -2  # run_steps' return code when a wait outlived the watchdog's limit
 DEF LOCAL_WORDS = 32  # run_checked's stack room: 16 requests with their flags and peers
 cdef double _spin_s = SPIN_S, _yield_s = YIELD_S, _max_pause_s = MAX_PAUSE_S, _grace_s = GRACE_S
+cdef int _settle_tag = SCHEDULE_TAG  # the all-reduce's: the schedule that overlaps the exchange
 
 
 cdef struct Watch:
@@ -247,13 +248,14 @@ cdef int run_steps(MPI_Comm comm, const int64_t *steps, Py_ssize_t begin, Py_ssi
     return MPI_SUCCESS
 
 
-cdef int settle(MPI_Comm comm, MPI_Request *reqs, const char *is_recv, int nreq, MPI_Datatype junk_t,
-                double limit) noexcept nogil:
+cdef int settle(MPI_Comm comm, int tag, MPI_Request *reqs, const char *is_recv, int nreq,
+                MPI_Datatype junk_t, double limit) noexcept nogil:
     """After an exchange that disagreed, on every rank (collectives.agreement's "Overlap"):
     finish this rank's ``nreq`` overlapped requests and let no message of the call outlive it.
 
     Receives are cancelled (or, if already matched, completed into scratch or an output-only
-    buffer).  Then every message arriving on ``comm`` is received into scratch (``junk_t``: a
+    buffer).  Then every message arriving on ``tag`` (the all-reduce's: the point-to-point
+    primitives' messages on other tags are left alone) is received into scratch (``junk_t``: a
     16-byte type, so any size fits an int count) until this rank's synchronous sends have
     matched, and on through a first barrier: when it completes every rank's sends have
     matched, so no message of this call is left in flight.  A second barrier, with no
@@ -274,7 +276,7 @@ cdef int settle(MPI_Comm comm, MPI_Request *reqs, const char *is_recv, int nreq,
     while phase < 3 and rc == MPI_SUCCESS:
         flag = 0
         if phase < 2:
-            rc = MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, &msg, &st)
+            rc = MPI_Improbe(MPI_ANY_SOURCE, tag, comm, &flag, &msg, &st)
         if rc == MPI_SUCCESS and flag:
             MPI_Get_count_c(&st, MPI_BYTE, &n)
             junk = <char *>malloc(16 * (n // 16 + 1))
@@ -497,7 +499,7 @@ cdef int x_checked(Exchange *x, int rank, int p, object collective, object algor
         rc = x_run(x, rank, p)
         if rc == MPI_SUCCESS and not x_agrees(x):
             x.nreq = 0
-            rc = settle(x.comm, NULL, NULL, 0, junk_t, x.w.limit)
+            rc = settle(x.comm, _settle_tag, NULL, NULL, 0, junk_t, x.w.limit)
     if rc != MPI_SUCCESS:
         x_raise(x, rc, rank, collective, algorithm)
     return 0
@@ -603,7 +605,7 @@ cdef int run_checked(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, cha
                     elif not x_agrees(x):
                         agreed = False
                         x.nreq = 0
-                        xrc = settle(comm, reqs, is_recv, nstarted, junk_t, x.w.limit)
+                        xrc = settle(comm, tag, reqs, is_recv, nstarted, junk_t, x.w.limit)
             if rc == MPI_SUCCESS and xrc == MPI_SUCCESS and agreed:
                 rc = run_steps(comm, steps, lead, nsteps, buf, size, t, dtype, op, tag, reqs,
                                is_recv, &failed, &w, &nstarted)

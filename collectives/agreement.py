@@ -52,13 +52,12 @@ then costs about the latency of the first step, not a round trip more.  It stays
 * A mismatch leaves no request and no message behind (``_engine.settle``, run by every rank
   whose exchange disagreed, which is every rank of the call, whatever path it took).  The
   leading sends are synchronous, so a completed one has been matched.  Each rank cancels its
-  unmatched leading receives, then receives and discards every message on the private
-  communicator until its own sends complete, then through a first barrier: when that
-  completes, every rank's sends have matched, so none of the call's messages is left in
-  flight.  No exchange message can be taken by mistake: a rank receives every exchange
-  message addressed to it before its exchange ends.  A second barrier, passed without
-  receiving, keeps a rank that left the first from starting its next call (whose messages
-  a slower rank, still draining, would otherwise take).
+  unmatched leading receives, then receives and discards every message on the all-reduce's
+  tag (the only schedule that overlaps; point-to-point traffic on its own tags stays) until
+  its own sends complete, then through a first barrier: when that completes, every rank's
+  sends have matched, so none of the call's messages is left in flight.  A second barrier,
+  passed without receiving, keeps a rank that left the first from starting its next call
+  (whose messages a slower rank, still draining, would otherwise take).
 
 What stays out.  ``check=False`` (COLLECTIVES_CHECK=0) skips the exchange altogether (a
 forced fused algorithm still runs it: it is that algorithm).  The exchange checks the

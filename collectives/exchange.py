@@ -57,8 +57,11 @@ HEADER, REDUCE, BCAST, GATHER = range(4)
 # The largest payload a fused collective carries (bytes): measured by bench.default_path,
 # and small enough that a message stays one eager send in MPICH's shared memory.
 FUSED_BYTES = 4096
-# The exchange's tag on the private communicator (the schedules use 100 + collective index).
+# The exchange's tag on the private communicator.
 TAG = 99
+# The schedules' tags are SCHEDULE_TAG + the collective's index (executor.TAG): the all-reduce's
+# (index 0) is the one whose first step may overlap the exchange, so the one ``settle`` drains.
+SCHEDULE_TAG = 100
 
 
 def partners(rank, p):
@@ -187,15 +190,15 @@ def agrees(vec):
 
 def settle(comm, limit, what, rank):
     """After an exchange that disagreed, on every rank: receive and discard every message on
-    ``comm`` through a first barrier, then pass a second without receiving (the C side's
-    ``settle``, which also finishes the overlapped requests this twin never starts)."""
+    the all-reduce's tag through a first barrier, then pass a second without receiving (the
+    C side's ``settle``, which also finishes the overlapped requests this twin never starts)."""
     from .watchdog import StallError
 
     phase, since = 0, MPI.Wtime()
     barrier = comm.Ibarrier()
     status = MPI.Status()
     while phase < 2:
-        message = comm.Improbe(MPI.ANY_SOURCE, MPI.ANY_TAG, status) if phase == 0 else None
+        message = comm.Improbe(MPI.ANY_SOURCE, SCHEDULE_TAG, status) if phase == 0 else None
         if message is not None:
             message.Recv(np.empty(status.Get_count(MPI.BYTE), np.uint8))
             since = MPI.Wtime()

@@ -20,7 +20,7 @@ from mpi4py import MPI
 
 from . import kernels
 from .agreement import agree
-from .exchange import FUSED_BYTES
+from .exchange import FUSED_BYTES, SCHEDULE_TAG
 from .nonblocking import Progress, completed
 from .ops import DTYPES, OP_NAMES, dtype_code, supports
 from .registry import ALGORITHMS, choices, decide_for, log, plan
@@ -35,7 +35,7 @@ except ImportError:
 NATIVE = _native_execute is not None and not kernels.PUREPYTHON
 
 # One tag per collective on the private communicator.
-TAG = {name: 100 + i for i, name in enumerate(ALGORITHMS)}
+TAG = {name: SCHEDULE_TAG + i for i, name in enumerate(ALGORITHMS)}
 BYTE = dtype_code(np.uint8)
 _NO_STEPS = np.empty((0, 9), np.int64)  # a fused collective's: the checked exchange is all of it
 # COLLECTIVES_EXPLAIN=1: one line per call on stderr saying why its algorithm runs.

@@ -111,3 +111,19 @@ def test_overlapped_agreeing_calls_match_mpi(comm, mpi_comm, rng):
                 got = np.empty_like(x)
                 comm.Allreduce(x, got, algorithm=algorithm)
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=algorithm)
+
+
+def test_mismatch_leaves_point_to_point_messages(comm, mpi_comm, rng):
+    """A Push sent before a mismatched call, on the same private communicator, is still there
+    for the Receive after it: settling takes only the all-reduce's messages."""
+    if comm.size < 2:
+        pytest.skip("needs two ranks")
+    if comm.rank == 1:
+        comm.Wait([comm.Push(np.arange(8.0), 0)])  # small: sent eagerly, complete at once
+    with pytest.raises(ValueError, match="arguments differ across ranks"):
+        MISMATCHES["count-more"](comm, False) if comm.rank == 0 else _allreduce(comm, N, False)
+    if comm.rank == 0:
+        got = np.zeros(8)
+        comm.Wait([comm.Receive(got, 1)])
+        assert (got == np.arange(8.0)).all()
+    _works(comm, mpi_comm, rng)
