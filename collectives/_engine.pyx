@@ -20,7 +20,7 @@ from mpi4py import MPI as pyMPI
 from mpi4py.libmpi cimport *
 
 from collectives._csrc cimport ck_reduce, ck_itemsize
-from collectives.exchange import FUSED_BYTES, TAG as EXCHANGE_TAG
+from collectives.exchange import FUSED_BYTES, SCHEDULE_TAG, TAG as EXCHANGE_TAG
 from collectives.registry import PLAN_OVERHEAD
 from collectives.watchdog import GRACE_S, MAX_PAUSE_S, SPIN_S, YIELD_S, StallError, call_number
 
@@ -97,6 +97,7 @@ DEF NEVER_S = 1e300  # the wait limit of an unwatched schedule
 DEF TIMED_OUT = -2  # run_steps' return code when a wait outlived the watchdog's limit
 DEF LOCAL_WORDS = 32  # run_checked's stack room: 16 requests with their flags and peers
 cdef double _spin_s = SPIN_S, _yield_s = YIELD_S, _max_pause_s = MAX_PAUSE_S, _grace_s = GRACE_S
+cdef int _settle_tag = SCHEDULE_TAG  # the all-reduce's: the schedule that overlaps the exchange
 
 
 cdef struct Watch:
@@ -173,11 +174,14 @@ cdef void give_up(MPI_Request *reqs, int nreq) noexcept nogil:
 
 cdef int start_request(bint recv, char *at, int count, MPI_Datatype t, int peer, int tag,
                        MPI_Comm comm, MPI_Request *reqs, char *is_recv, Watch *w,
-                       int *nreq) noexcept nogil:
-    """MPI_Irecv or MPI_Isend as request ``nreq`` (then counted), noting its peer."""
+                       int *nreq, bint sync=False) noexcept nogil:
+    """MPI_Irecv or MPI_Isend (MPI_Issend when ``sync``) as request ``nreq`` (then counted),
+    noting its peer."""
     cdef int rc
     if recv:
         rc = MPI_Irecv(at, count, t, peer, tag, comm, &reqs[nreq[0]])
+    elif sync:
+        rc = MPI_Issend(at, count, t, peer, tag, comm, &reqs[nreq[0]])
     else:
         rc = MPI_Isend(at, count, t, peer, tag, comm, &reqs[nreq[0]])
     if rc == MPI_SUCCESS:
@@ -187,35 +191,37 @@ cdef int start_request(bint recv, char *at, int count, MPI_Datatype t, int peer,
     return rc
 
 
-cdef int run_steps(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char **buf,
-                   size_t size, MPI_Datatype t, int dtype, int op, int tag,
+cdef int run_steps(MPI_Comm comm, const int64_t *steps, Py_ssize_t begin, Py_ssize_t end,
+                   char **buf, size_t size, MPI_Datatype t, int dtype, int op, int tag,
                    MPI_Request *reqs, char *is_recv, Py_ssize_t *failed, Watch *w,
-                   int *nstarted) noexcept nogil:
-    """Run the steps; on an error return, ``failed`` holds the step and no request is left open.
+                   int *nreq, bint sync=False) noexcept nogil:
+    """Run rows ``begin`` to ``end`` after the ``nreq`` requests already started (``nreq`` then
+    counts those still pending); on an error return, ``failed`` holds the step and no request
+    is left open.
 
     A send or receive row runs as requests after the pending ones, so that every wait is
-    ``wait_requests``; on TIMED_OUT ``nstarted`` says how many requests the marks in
-    ``is_recv`` cover.
+    ``wait_requests``; on TIMED_OUT ``nreq`` says how many requests the marks in ``is_recv``
+    cover.  ``sync``: sends are synchronous (Fast's overlapped rows, see ``settle``).
     """
     cdef Py_ssize_t i
     cdef const int64_t *r
-    cdef int rc = MPI_SUCCESS, nreq = 0, first
-    for i in range(nsteps):
+    cdef int rc = MPI_SUCCESS, first
+    for i in range(begin, end):
         r = steps + i * NCOLS
         if r[0] != REDUCE and r[0] != COPY and (r[3] > INT_MAX or r[7] > INT_MAX):
             rc = MPI_ERR_COUNT  # never narrow a count to int: schedule.py splits such rows
         elif r[0] == SENDRECV:
-            first = nreq
+            first = nreq[0]
             if r[8] != NONE:
                 rc = start_request(True, buf[r[5]] + r[6] * size, <int>r[7], t, <int>r[8], tag,
-                                   comm, reqs, is_recv, w, &nreq)
+                                   comm, reqs, is_recv, w, nreq)
             if rc == MPI_SUCCESS and r[4] != NONE:
                 rc = start_request(False, buf[r[1]] + r[2] * size, <int>r[3], t, <int>r[4], tag,
-                                   comm, reqs, is_recv, w, &nreq)
+                                   comm, reqs, is_recv, w, nreq, sync)
             if rc == MPI_SUCCESS:
-                rc = wait_requests(nreq - first, reqs + first, is_recv + first, w)
+                rc = wait_requests(nreq[0] - first, reqs + first, is_recv + first, w)
                 if rc == MPI_SUCCESS:
-                    nreq = first
+                    nreq[0] = first
         elif r[0] == REDUCE:
             rc = reduce_from(buf[r[1]] + r[2] * size, buf[r[4]] + r[8] * size,
                              buf[r[5]] + r[6] * size, <size_t>r[3], size, dtype, op)
@@ -224,23 +230,78 @@ cdef int run_steps(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char 
                     memcpy(buf[r[1]] + r[2] * size, buf[r[5]] + r[6] * size, <size_t>r[3] * size)
         elif r[0] == ISEND:
             rc = start_request(False, buf[r[1]] + r[2] * size, <int>r[3], t, <int>r[4], tag,
-                               comm, reqs, is_recv, w, &nreq)
+                               comm, reqs, is_recv, w, nreq, sync)
         elif r[0] == IRECV:
             rc = start_request(True, buf[r[5]] + r[6] * size, <int>r[7], t, <int>r[8], tag,
-                               comm, reqs, is_recv, w, &nreq)
+                               comm, reqs, is_recv, w, nreq)
         else:
-            rc = wait_requests(nreq, reqs, is_recv, w)
+            rc = wait_requests(nreq[0], reqs, is_recv, w)
             if rc == MPI_SUCCESS:
-                nreq = 0
+                nreq[0] = 0
         if rc != MPI_SUCCESS:
             failed[0] = i
-            nstarted[0] = nreq
             if rc == TIMED_OUT:
-                give_up(reqs, nreq)
+                give_up(reqs, nreq[0])
             elif rc != -1:
-                abandon(reqs, is_recv, nreq)
+                abandon(reqs, is_recv, nreq[0])
             return rc
     return MPI_SUCCESS
+
+
+cdef int settle(MPI_Comm comm, int tag, MPI_Request *reqs, const char *is_recv, int nreq,
+                MPI_Datatype junk_t, double limit) noexcept nogil:
+    """After an exchange that disagreed, on every rank (collectives.agreement's "Overlap"):
+    finish this rank's ``nreq`` overlapped requests and let no message of the call outlive it.
+
+    Receives are cancelled (or, if already matched, completed into scratch or an output-only
+    buffer).  Then every message arriving on ``tag`` (the all-reduce's: the point-to-point
+    primitives' messages on other tags are left alone) is received into scratch (``junk_t``: a
+    16-byte type, so any size fits an int count) until this rank's synchronous sends have
+    matched, and on through a first barrier: when it completes every rank's sends have
+    matched, so no message of this call is left in flight.  A second barrier, with no
+    receiving, keeps a rank that left the first from starting its next call while another
+    still receives.  MPI's code, or TIMED_OUT after ``limit`` seconds without progress.
+    """
+    cdef MPI_Request bar = MPI_REQUEST_NULL
+    cdef MPI_Message msg
+    cdef MPI_Status st
+    cdef MPI_Count n
+    cdef char *junk
+    cdef int i, flag = 0, rc = MPI_SUCCESS, phase = 0
+    cdef double since = monotonic()
+    for i in range(nreq):
+        if is_recv[i] & 1 and reqs[i] != MPI_REQUEST_NULL:
+            MPI_Cancel(&reqs[i])
+            MPI_Wait(&reqs[i], MPI_STATUS_IGNORE)  # cancelled, or its message (maybe truncated) in
+    while phase < 3 and rc == MPI_SUCCESS:
+        flag = 0
+        if phase < 2:
+            rc = MPI_Improbe(MPI_ANY_SOURCE, tag, comm, &flag, &msg, &st)
+        if rc == MPI_SUCCESS and flag:
+            MPI_Get_count_c(&st, MPI_BYTE, &n)
+            junk = <char *>malloc(16 * (n // 16 + 1))
+            if junk == NULL:
+                return MPI_ERR_NO_MEM
+            rc = MPI_Mrecv(junk, <int>(n // 16 + 1), junk_t, &msg, MPI_STATUS_IGNORE)
+            free(junk)
+            since = monotonic()
+        elif rc == MPI_SUCCESS:
+            if phase == 0:
+                rc = MPI_Testall(nreq, reqs, &flag, MPI_STATUSES_IGNORE)
+            else:
+                rc = MPI_Test(&bar, &flag, MPI_STATUS_IGNORE)
+            if rc == MPI_SUCCESS and flag:
+                phase += 1
+                since = monotonic()
+                if phase < 3:
+                    rc = MPI_Ibarrier(comm, &bar)
+            elif monotonic() - since > limit:
+                give_up(reqs, nreq)
+                give_up(&bar, 1)
+                return TIMED_OUT
+            else:
+                sched_yield()
+    return rc
 
 
 cdef object label(object collective, object algorithm):
@@ -267,86 +328,6 @@ class ScheduleError(pyMPI.Exception):
     def __str__(self):
         return (f"{self.collective}: step {self.step} failed on rank {self.rank}: "
                 f"{pyMPI.Get_error_string(self.Get_error_code())}")
-
-
-cdef int run_checked(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char **buf, int dtype,
-                     int op, int tag, Py_ssize_t nreq, object collective, double limit=0,
-                     object algorithm=None) except -1:
-    """run_steps without the GIL, watched when ``limit`` > 0 seconds (else polled without a
-    limit); TypeError, ScheduleError or StallError when a step fails, naming ``collective``
-    (and ``algorithm`` when given)."""
-    cdef size_t size = ck_itemsize(dtype)
-    cdef MPI_Request *reqs = NULL
-    # Most schedules start a few requests at a time: those fit here, and a call mallocs nothing.
-    cdef int64_t local[LOCAL_WORDS]
-    cdef size_t nbytes
-    cdef MPI_Datatype t
-    cdef Py_ssize_t failed = -1
-    cdef int rc, rank = 0, nstarted = 0
-    cdef Watch w
-    cdef char *is_recv
-    # Unwatched, the waits poll too, with a limit never reached: MPI_Testall in a loop answers
-    # a small message sooner than MPICH's blocking calls (bench.watchdog: 2.0 against 3.0 us
-    # for an 8 B all-reduce at np=2).
-    if limit <= 0:
-        limit = NEVER_S
-    w.limit = limit
-    w.waited = 0
-    nreq += 2  # room for a send or receive row's own requests
-    element_type(size, &t)
-    nbytes = nreq * (sizeof(MPI_Request) + 1 + sizeof(int))
-    if nbytes > sizeof(local):
-        reqs = <MPI_Request *>malloc(nbytes)
-        if reqs == NULL:
-            raise MemoryError()
-    else:
-        reqs = <MPI_Request *>local
-    w.peer = <int *>(reqs + nreq)
-    is_recv = <char *>(w.peer + nreq)
-    try:
-        with nogil:
-            rc = run_steps(comm, steps, nsteps, buf, size, t, dtype, op, tag, reqs,
-                           is_recv, &failed, &w, &nstarted)
-        if rc == -1:
-            raise TypeError(f"op code {op} is not defined on dtype code {dtype}")
-        if rc != MPI_SUCCESS:
-            MPI_Comm_rank(comm, &rank)
-            if rc == TIMED_OUT:
-                raise stall_error(collective, algorithm, failed, rank, &w, is_recv, nstarted)
-            raise ScheduleError(rc, label(collective, algorithm), failed, rank)
-    finally:
-        if reqs != <MPI_Request *>local:
-            free(reqs)
-    return 0
-
-
-def execute(MPI.Comm comm, const int64_t[:, ::1] steps, acc, tmp, inp, int dtype, int op,
-            int tag, Py_ssize_t nreq, collective="schedule", double timeout=0, out=None):
-    """Run ``steps`` on ``comm`` over the ACC, TMP, IN and OUT buffers (each may be None);
-    ``timeout`` > 0 seconds: StallError when a wait makes no progress for that long."""
-    cdef Py_buffer views[NBUFS]
-    cdef char *buf[NBUFS]
-    cdef bint held[NBUFS]
-    cdef int i
-    if ck_itemsize(dtype) == 0 or steps.shape[1] != NCOLS:
-        raise ValueError("execute: bad dtype code or schedule shape")
-    objs = (acc, tmp, inp, out)
-    for i in range(NBUFS):
-        held[i] = False
-        buf[i] = _empty
-    try:
-        for i in range(NBUFS):
-            if objs[i] is not None:
-                PyObject_GetBuffer(objs[i], &views[i],
-                                   PyBUF_ANY_CONTIGUOUS | (PyBUF_WRITABLE if i != IN_BUF else 0))
-                held[i] = True
-                buf[i] = <char *>views[i].buf
-        run_checked(comm.ob_mpi, &steps[0, 0] if steps.shape[0] else NULL, steps.shape[0], buf,
-                    dtype, op, tag, nreq, collective, timeout)
-    finally:
-        for i in range(NBUFS):
-            if held[i]:
-                PyBuffer_Release(&views[i])
 
 
 # ---- the checked exchange (collectives.exchange documents it; this is its C side) ----------
@@ -485,18 +466,42 @@ cdef int x_run(Exchange *x, int rank, int p) noexcept nogil:
     return rc
 
 
-cdef int x_checked(Exchange *x, int rank, int p, object collective, object algorithm=None) except -1:
-    """x_run without the GIL; TypeError, StallError (naming ``collective`` and ``algorithm``)
-    or MPI.Exception when it fails."""
-    cdef int rc
-    with nogil:
-        rc = x_run(x, rank, p)
+cdef bint x_agrees(const Exchange *x) noexcept nogil:
+    """Whether the folded vector says every rank passed the same fields and none an error: it
+    is [error, fields, -fields] (agreement.agree), folded with MAX."""
+    cdef const int64_t *v = <const int64_t *>x.mine
+    cdef Py_ssize_t i, half = (x.nh - 2) // 2
+    if v[0]:
+        return False
+    for i in range(half):
+        if v[1 + i] != -v[1 + half + i]:
+            return False
+    return True
+
+
+cdef int x_raise(Exchange *x, int rc, int rank, object collective, object algorithm) except -1:
+    """Raise for the exchange's or ``settle``'s failure code ``rc``: TypeError, StallError
+    (naming ``collective`` and ``algorithm``) or MPI.Exception."""
     if rc == -1:
         raise TypeError(f"op code {x.op} is not defined on dtype code {x.dtype}")
     if rc == TIMED_OUT:
         raise stall_error(collective, algorithm, x.round, rank, &x.w, x.is_recv, x.nreq)
+    raise pyMPI.Exception(rc)
+
+
+cdef int x_checked(Exchange *x, int rank, int p, object collective, object algorithm=None) except -1:
+    """x_run without the GIL, then ``settle`` when it disagreed; TypeError, StallError (naming
+    ``collective`` and ``algorithm``) or MPI.Exception when it fails."""
+    cdef int rc
+    cdef MPI_Datatype junk_t
+    element_type(16, &junk_t)
+    with nogil:
+        rc = x_run(x, rank, p)
+        if rc == MPI_SUCCESS and not x_agrees(x):
+            x.nreq = 0
+            rc = settle(x.comm, _settle_tag, NULL, NULL, 0, junk_t, x.w.limit)
     if rc != MPI_SUCCESS:
-        raise pyMPI.Exception(rc)
+        x_raise(x, rc, rank, collective, algorithm)
     return 0
 
 
@@ -541,6 +546,111 @@ def exchange(MPI.Comm comm, int64_t[::1] vec, int kind=X_HEADER, data=None, Py_s
         if held:
             PyBuffer_Release(&view)
         free(x.mine)
+
+
+cdef int run_checked(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char **buf, int dtype,
+                     int op, int tag, Py_ssize_t nreq, object collective, double limit=0,
+                     object algorithm=None, Exchange *x=NULL, Py_ssize_t lead=0) except -1:
+    """run_steps without the GIL, watched when ``limit`` > 0 seconds (else polled without a
+    limit); TypeError, ScheduleError or StallError when a step fails, naming ``collective``
+    (and ``algorithm`` when given).
+
+    With ``x`` (collectives.agreement's "Overlap"): the first ``lead`` rows, sends and receives
+    into buffers that carry no input, start with synchronous sends; then x's exchange runs
+    and the schedule goes on only if it agreed.  1 when it disagreed (``settle`` has run, no
+    request is left), else 0.
+    """
+    cdef size_t size = ck_itemsize(dtype)
+    cdef MPI_Request *reqs = NULL
+    # Most schedules start a few requests at a time: those fit here, and a call mallocs nothing.
+    cdef int64_t local[LOCAL_WORDS]
+    cdef size_t nbytes
+    cdef MPI_Datatype t, junk_t
+    cdef Py_ssize_t failed = -1
+    cdef int rc = MPI_SUCCESS, xrc = MPI_SUCCESS, rank = 0, p = 1, nstarted = 0
+    cdef bint agreed = True
+    cdef Watch w
+    cdef char *is_recv
+    # Unwatched, the waits poll too, with a limit never reached: MPI_Testall in a loop answers
+    # a small message sooner than MPICH's blocking calls (bench.watchdog: 2.0 against 3.0 us
+    # for an 8 B all-reduce at np=2).
+    if limit <= 0:
+        limit = NEVER_S
+    w.limit = limit
+    w.waited = 0
+    nreq += 2  # room for a send or receive row's own requests
+    element_type(size, &t)
+    if x != NULL:
+        element_type(16, &junk_t)
+        MPI_Comm_rank(comm, &rank)
+        MPI_Comm_size(comm, &p)
+    nbytes = nreq * (sizeof(MPI_Request) + 1 + sizeof(int))
+    if nbytes > sizeof(local):
+        reqs = <MPI_Request *>malloc(nbytes)
+        if reqs == NULL:
+            raise MemoryError()
+    else:
+        reqs = <MPI_Request *>local
+    w.peer = <int *>(reqs + nreq)
+    is_recv = <char *>(w.peer + nreq)
+    try:
+        with nogil:
+            if x != NULL:
+                rc = run_steps(comm, steps, 0, lead, buf, size, t, dtype, op, tag, reqs,
+                               is_recv, &failed, &w, &nstarted, True)
+                if rc == MPI_SUCCESS:
+                    xrc = x_run(x, rank, p)
+                    if xrc != MPI_SUCCESS:
+                        give_up(reqs, nstarted)
+                    elif not x_agrees(x):
+                        agreed = False
+                        x.nreq = 0
+                        xrc = settle(comm, tag, reqs, is_recv, nstarted, junk_t, x.w.limit)
+            if rc == MPI_SUCCESS and xrc == MPI_SUCCESS and agreed:
+                rc = run_steps(comm, steps, lead, nsteps, buf, size, t, dtype, op, tag, reqs,
+                               is_recv, &failed, &w, &nstarted)
+        if xrc != MPI_SUCCESS:
+            x_raise(x, xrc, rank, collective, "argument check")
+        if rc == -1:
+            raise TypeError(f"op code {op} is not defined on dtype code {dtype}")
+        if rc != MPI_SUCCESS:
+            MPI_Comm_rank(comm, &rank)
+            if rc == TIMED_OUT:
+                raise stall_error(collective, algorithm, failed, rank, &w, is_recv, nstarted)
+            raise ScheduleError(rc, label(collective, algorithm), failed, rank)
+    finally:
+        if reqs != <MPI_Request *>local:
+            free(reqs)
+    return 0 if agreed else 1
+
+
+def execute(MPI.Comm comm, const int64_t[:, ::1] steps, acc, tmp, inp, int dtype, int op,
+            int tag, Py_ssize_t nreq, collective="schedule", double timeout=0, out=None):
+    """Run ``steps`` on ``comm`` over the ACC, TMP, IN and OUT buffers (each may be None);
+    ``timeout`` > 0 seconds: StallError when a wait makes no progress for that long."""
+    cdef Py_buffer views[NBUFS]
+    cdef char *buf[NBUFS]
+    cdef bint held[NBUFS]
+    cdef int i
+    if ck_itemsize(dtype) == 0 or steps.shape[1] != NCOLS:
+        raise ValueError("execute: bad dtype code or schedule shape")
+    objs = (acc, tmp, inp, out)
+    for i in range(NBUFS):
+        held[i] = False
+        buf[i] = _empty
+    try:
+        for i in range(NBUFS):
+            if objs[i] is not None:
+                PyObject_GetBuffer(objs[i], &views[i],
+                                   PyBUF_ANY_CONTIGUOUS | (PyBUF_WRITABLE if i != IN_BUF else 0))
+                held[i] = True
+                buf[i] = <char *>views[i].buf
+        run_checked(comm.ob_mpi, &steps[0, 0] if steps.shape[0] else NULL, steps.shape[0], buf,
+                    dtype, op, tag, nreq, collective, timeout)
+    finally:
+        for i in range(NBUFS):
+            if held[i]:
+                PyBuffer_Release(&views[i])
 
 
 # ---- the fast path: Python call -> cached plan -> one nogil run ---------------------------
@@ -836,6 +946,7 @@ cdef class _Plan:
     cdef Py_ssize_t nsteps, nreq, tmp_count
     cdef int algo
     cdef int fused     # the exchange's payload kind of a fused collective, else -1
+    cdef Py_ssize_t lead  # the leading rows that may start before the exchange (plan_fast)
     cdef bint reads_in
     cdef object name
     cdef object key  # the call shape it serves (Fast.plan's key)
@@ -968,7 +1079,7 @@ cdef class Fast:
             except (ValueError, TypeError):
                 return None  # the general path raises it, after agreeing with the other ranks
             pl = _Plan()
-            pl.steps, pl.tmp_count, pl.nreq, pl.reads_in, pl.name, pl.algo, pl.fused = made
+            pl.steps, pl.tmp_count, pl.nreq, pl.reads_in, pl.name, pl.algo, pl.fused, pl.lead = made
             pl.steps = np.ascontiguousarray(pl.steps, dtype=np.int64)
             pl.nsteps = pl.steps.shape[0]
             pl.rows = <const int64_t *>cnp.PyArray_DATA(pl.steps)
@@ -995,10 +1106,22 @@ cdef class Fast:
         by count0, count1, ... when ``counts``.  ``block``, ``dtype``, ``op`` and ``has`` are
         the payload's, as collectives.exchange.exchange takes them.
         """
-        cdef int i, w = self.width
-        cdef int64_t *v = self.vec
         if pl.fused < 0 and (self.size == 1 or not self.state["check"]):
             return 0
+        self.fingerprint(coll, pl, nfields, nbytes, block, dtype, op, has)
+        try:
+            x_checked(&self.x, self.rank, self.size, self.names[coll],
+                      pl.name if pl.fused >= 0 else "argument check")
+        except StallError as exc:
+            self.owner._stalled(exc, call_number(self.owner, True))
+            raise
+        return self.judge(coll, keys, counts)
+
+    cdef void fingerprint(self, int coll, _Plan pl, int nfields, Py_ssize_t nbytes=0,
+                          Py_ssize_t block=0, int dtype=BYTE_CODE, int op=0, bint has=True):
+        """Fill the exchange's message: the vector ``agree`` describes and the payload's fields."""
+        cdef int i, w = self.width
+        cdef int64_t *v = self.vec
         v[0] = 0
         v[1] = coll
         v[2] = pl.algo
@@ -1011,19 +1134,15 @@ cdef class Fast:
         self.x.kind = X_HEADER if pl.fused < 0 else pl.fused
         self.x.nbytes, self.x.block, self.x.dtype, self.x.op = nbytes, block, dtype, op
         v[self.nvec] = nbytes if self.x.kind != X_HEADER and has else 0
-        try:
-            x_checked(&self.x, self.rank, self.size, self.names[coll],
-                      pl.name if pl.fused >= 0 else "argument check")
-        except StallError as exc:
-            self.owner._stalled(exc, call_number(self.owner, True))
-            raise
+
+    cdef int judge(self, int coll, tuple keys, bint counts) except -1:
+        """After the exchange: raise the agreement's ValueError unless it agreed (``agree``)."""
+        cdef int i, w = self.width
+        cdef int64_t *v = self.vec
         name = self.names[coll]
         if v[0]:
             raise ValueError(f"{name}: invalid arguments on another rank (it raised the details)")
-        for i in range(w + 2):
-            if v[1 + i] != -v[3 + w + i]:
-                break
-        else:
+        if x_agrees(&self.x):
             return 0
         from collectives.agreement import disagreement  # only when the ranks disagree
 
@@ -1034,25 +1153,27 @@ cdef class Fast:
                                       [v[1 + i] for i in range(len(keys))]))
 
     cdef int launch(self, int coll, _Plan pl, char *acc, char *inp, int dtype, int op,
-                    int tag=-1, char *out=NULL) except -1:
+                    int tag=-1, char *out=NULL, bint early=False) except -1:
         """Run ``pl`` over ACC, TMP, IN and OUT (on the collective's tag unless ``tag``); a
-        failure marks the Comm unusable."""
+        failure marks the Comm unusable.  ``early``: the exchange, its message filled by
+        ``fingerprint``, runs after the plan's first ``lead`` rows have started (run_checked);
+        1 when it disagreed, the schedule not run."""
         cdef char *buf[NBUFS]
         buf[ACC_BUF] = acc if acc != NULL else _empty
         buf[TMP_BUF] = self.scratch(False, pl.tmp_count * ck_itemsize(dtype)) if pl.tmp_count else _empty
         buf[IN_BUF] = inp if inp != NULL else _empty
         buf[OUT_BUF] = out if out != NULL else _empty
         try:
-            run_checked(self.comm.ob_mpi, pl.rows, pl.nsteps, buf, dtype, op,
-                        self.tags[coll] if tag < 0 else tag, pl.nreq, self.names[coll], self.limit,
-                        pl.name)
+            return run_checked(self.comm.ob_mpi, pl.rows, pl.nsteps, buf, dtype, op,
+                               self.tags[coll] if tag < 0 else tag, pl.nreq, self.names[coll],
+                               self.limit, pl.name, &self.x if early else NULL,
+                               pl.lead if early else 0)
         except ScheduleError as exc:
             self.owner._broken = str(exc)
             raise
         except StallError as exc:
             self.owner._stalled(exc, call_number(self.owner, True))
             raise
-        return 0
 
     cdef inline void done(self, _Plan pl):
         self.state["last_algorithm"] = pl.name
@@ -1064,7 +1185,7 @@ cdef class Fast:
         cdef Py_buffer views[2]
         cdef int nheld = 0, opc
         cdef int64_t *fields
-        cdef bint in_place = in_place_spec(sendbuf), apart
+        cdef bint in_place = in_place_spec(sendbuf), apart, early
         cdef _Plan pl
         if not self.ready():
             return False
@@ -1092,10 +1213,17 @@ cdef class Fast:
                 memcpy(recv.ptr, self.body(), recv.count * recv.size)
                 self.done(pl)
                 return True
-            self.agree(ALLREDUCE, pl, 3, ("count", "dtype", "op"), False)
+            # Overlapped: the exchange runs after the schedule's first step has started.
+            early = pl.lead and recv.count and self.size > 1 and self.state["check"]
+            if not early:
+                self.agree(ALLREDUCE, pl, 3, ("count", "dtype", "op"), False)
             if send.ptr != recv.ptr and not (pl.reads_in and recv.count and self.size > 1):
-                memcpy(recv.ptr, send.ptr, recv.count * recv.size)
-            if recv.count and self.size > 1:
+                memcpy(recv.ptr, send.ptr, recv.count * recv.size)  # recv is output only
+            if early:
+                self.fingerprint(ALLREDUCE, pl, 3)
+                if self.launch(ALLREDUCE, pl, recv.ptr, send.ptr, recv.dtype, opc, -1, NULL, True):
+                    self.judge(ALLREDUCE, ("count", "dtype", "op"), False)
+            elif recv.count and self.size > 1:
                 self.launch(ALLREDUCE, pl, recv.ptr, send.ptr, recv.dtype, opc)
             self.done(pl)
             return True

@@ -32,8 +32,38 @@ No extra round trip at small sizes.  Up to ``FUSED_BYTES`` of payload the exchan
 the data and is the collective (the ``<collective>_fused`` algorithms, taken by ``auto``
 under the check): the check costs a few header bytes per message.  Fused collectives work
 on a copy and write the caller's buffers only once the fingerprints agree, so a mismatch
-leaves them untouched.  Above it the exchange runs with headers only, then the schedule: one
-small round trip, cheap beside the payload, and no schedule starts unless all agree.
+leaves them untouched.  Above it the exchange runs with headers only, before the schedule
+or overlapped with its first step (below).
+
+Overlap (the Cython fast path of the all-reduce above ``FUSED_BYTES``; ``executor.leading``
+says which plans).  The schedule's first step (its leading receives and sends, a first
+send-receive row split into them) starts before the exchange, then the exchange runs while
+that data moves, and the rest of the schedule runs only once the fold has agreed: the check
+then costs about the latency of the first step, not a round trip more.  It stays safe:
+
+* Receives are posted with this rank's own sizes: a longer message is truncated by MPI (an
+  error), never written past the buffer; a short one or a truncation only matters if the
+  fold agreed, and it cannot then, since the counts, dtype and algorithm are in it.
+* No leading receive lands in a buffer that carries input (scratch, or the output when it
+  is apart from the input), nothing is combined, and an algorithm that would copy the input
+  to the output first gets the copy as a row after the leading ones (whose sends read the
+  input instead), so on a mismatch the input, in place or not, is untouched.  An output
+  buffer apart from the input may hold part of a peer's data after the ValueError.
+* A mismatch leaves no request and no message behind (``_engine.settle``, run by every rank
+  whose exchange disagreed, which is every rank of the call, whatever path it took).  The
+  leading sends are synchronous, so a completed one has been matched.  Each rank cancels its
+  unmatched leading receives, then receives and discards every message on the all-reduce's
+  tag (the only schedule that overlaps; point-to-point traffic on its own tags stays) until
+  its own sends complete, then through a first barrier: when that completes, every rank's
+  sends have matched, so none of the call's messages is left in flight.  A second barrier,
+  passed without receiving, keeps a rank that left the first from starting its next call
+  (whose messages a slower rank, still draining, would otherwise take).
+
+The Python jobs and the pure-Python executor keep the sequential order (no overlap: their
+per-call cost is not where the check matters); they settle the same way on a mismatch
+(``exchange.settle``), so ranks on any path meet.  Measured with ``bench.default_path``
+(64 KiB, default / ``check=False``, shared machine): 0.88-0.94 -> 0.96-0.97 at np=2,
+0.86-0.90 -> 0.93-0.95 at np=4; the synchronous sends cost about 1% of that.
 
 What stays out.  ``check=False`` (COLLECTIVES_CHECK=0) skips the exchange altogether (a
 forced fused algorithm still runs it: it is that algorithm).  The exchange checks the

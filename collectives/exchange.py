@@ -36,8 +36,10 @@ byte reduced, and h the header (8 (2 p + 14) bytes):
 * ``barrier_fused`` (kind HEADER): the header alone; every rank's exit depends on every
   rank's entry.  lg p alpha + lg p h beta.
 
-Above FUSED_BYTES the exchange runs header-only before the collective's schedule: one
-small round trip, cheap beside the payload.
+Above FUSED_BYTES the exchange runs header-only before the collective's schedule (or, for
+the fast path's all-reduce, beside its first step: ``agreement``'s "Overlap").  Whenever the
+fold disagrees, every rank then settles (``settle``) before it raises, so that no message of
+the call outlives it.
 
 Each trade (a send and a receive, posted together and polled) is watched like a schedule's
 step under the stall watchdog (``collectives.watchdog``): a trade that makes no progress for
@@ -55,8 +57,11 @@ HEADER, REDUCE, BCAST, GATHER = range(4)
 # The largest payload a fused collective carries (bytes): measured by bench.default_path,
 # and small enough that a message stays one eager send in MPICH's shared memory.
 FUSED_BYTES = 4096
-# The exchange's tag on the private communicator (the schedules use 100 + collective index).
+# The exchange's tag on the private communicator.
 TAG = 99
+# The schedules' tags are SCHEDULE_TAG + the collective's index (executor.TAG): the all-reduce's
+# (index 0) is the one whose first step may overlap the exchange, so the one ``settle`` drains.
+SCHEDULE_TAG = 100
 
 
 def partners(rank, p):
@@ -170,5 +175,38 @@ def exchange(comm, vec, kind=HEADER, data=None, block=0, dtype=0, op=0, has=True
         if fold is not None:
             trade(fold, None)
     vec[:] = head[:-1]
+    if not agrees(vec):
+        settle(comm, limit, what, rank)
     if data is not None:
         data[:] = body
+
+
+def agrees(vec):
+    """Whether a folded vector [error, fields, -fields] says all ranks passed the same fields
+    and none an error (the C side's x_agrees)."""
+    half = (vec.size - 1) // 2
+    return not vec[0] and np.array_equal(vec[1:1 + half], -vec[1 + half:1 + 2 * half])
+
+
+def settle(comm, limit, what, rank):
+    """After an exchange that disagreed, on every rank: receive and discard every message on
+    the all-reduce's tag through a first barrier, then pass a second without receiving (the
+    C side's ``settle``, which also finishes the overlapped requests this twin never starts)."""
+    from .watchdog import StallError
+
+    phase, since = 0, MPI.Wtime()
+    barrier = comm.Ibarrier()
+    status = MPI.Status()
+    while phase < 2:
+        message = comm.Improbe(MPI.ANY_SOURCE, SCHEDULE_TAG, status) if phase == 0 else None
+        if message is not None:
+            message.Recv(np.empty(status.Get_count(MPI.BYTE), np.uint8))
+            since = MPI.Wtime()
+        elif barrier.Test():
+            phase += 1
+            since = MPI.Wtime()
+            if phase < 2:
+                barrier = comm.Ibarrier()
+        elif MPI.Wtime() - since > limit:
+            barrier.Cancel()
+            raise StallError(what, "settle", rank, [], MPI.Wtime() - since)

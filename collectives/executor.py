@@ -20,10 +20,11 @@ from mpi4py import MPI
 
 from . import kernels
 from .agreement import agree
+from .exchange import FUSED_BYTES, SCHEDULE_TAG
 from .nonblocking import Progress, completed
 from .ops import DTYPES, OP_NAMES, dtype_code, supports
 from .registry import ALGORITHMS, choices, decide_for, log, plan
-from .schedule import run_python
+from .schedule import ACC, COPY, IN, IRECV, ISEND, NONE, OUT, SENDRECV, TMP, WAITALL, run_python
 from .watchdog import StallError, call_number, stalled
 
 try:
@@ -34,7 +35,7 @@ except ImportError:
 NATIVE = _native_execute is not None and not kernels.PUREPYTHON
 
 # One tag per collective on the private communicator.
-TAG = {name: 100 + i for i, name in enumerate(ALGORITHMS)}
+TAG = {name: SCHEDULE_TAG + i for i, name in enumerate(ALGORITHMS)}
 BYTE = dtype_code(np.uint8)
 _NO_STEPS = np.empty((0, 9), np.int64)  # a fused collective's: the checked exchange is all of it
 # COLLECTIVES_EXPLAIN=1: one line per call on stderr saying why its algorithm runs.
@@ -120,16 +121,54 @@ def execute_steps(comm, steps, tmp_count, nreq, acc, inp, dtype, op, tag, name, 
 def plan_fast(comm, collective, algorithm, count, nbytes, uniform, args, op=None, dtype=None,
               apart=False):
     """What the fast path caches for one call shape: (steps, tmp_count, nreq, reads_in, name,
-    index of the algorithm, payload kind of a fused one or -1); ``op`` and ``dtype`` codes of a
-    reduction are checked; ``apart``: the input and output do not overlap."""
+    index of the algorithm, payload kind of a fused one or -1, leading rows that may start
+    before the checked exchange); ``op`` and ``dtype`` codes of a reduction are checked;
+    ``apart``: the input and output do not overlap."""
     if op is not None and not supports(OP_NAMES[op], DTYPES[dtype]):
         raise TypeError(f"{collective}: op {OP_NAMES[op]} is not defined on {np.dtype(DTYPES[dtype])}")
     algo = choose(comm, collective, algorithm, count, nbytes, uniform)
     index = choices(collective).index(algo.name)
     if algo.fused is not None:
-        return (_NO_STEPS, 0, 0, False, algo.name, index, algo.fused)
+        return (_NO_STEPS, 0, 0, False, algo.name, index, algo.fused, 0)
     steps, tmp_count, nreq = plan(algo.name, comm.rank, comm.size, *plan_args(algo, args, apart))
-    return (steps, tmp_count, nreq, algo.reads_in, algo.name, index, -1)
+    lead, copied = 0, False
+    # Fast.allreduce alone overlaps the checked exchange, above the fused sizes whose exchange
+    # is the whole collective.
+    if collective == "allreduce" and nbytes > FUSED_BYTES:
+        steps, lead, copied = leading(steps, apart, 0 if algo.reads_in or not apart else count)
+    return (steps, tmp_count, nreq, algo.reads_in or copied, algo.name, index, -1, lead)
+
+
+def leading(steps, apart, copy):
+    """(steps, lead, copied) for an all-reduce whose exchange runs after its first ``lead``
+    rows, receives and sends, have started (collectives.agreement's "Overlap").
+
+    A first send-receive row is split into its receive, send and wait rows.  The leading rows
+    count only if no receive lands in a buffer carrying input (the all-reduce's ACC and OUT
+    do not when ``apart``).  ``copy`` > 0: the caller would copy that many elements from IN
+    to ACC before the schedule; the copy becomes a row after the leading ones, which send
+    from IN instead and receive into TMP only, so that nothing is written before the
+    exchange agrees (``copied``: the schedule itself then reads IN).
+    """
+    steps = np.asarray(steps)
+    if len(steps) and steps[0, 0] == SENDRECV:
+        r = steps[0]
+        rows = [row for row, used in (([IRECV, NONE, 0, 0, NONE, *r[5:]], r[8] != NONE),
+                                      ([ISEND, *r[1:5], NONE, 0, 0, NONE], r[4] != NONE)) if used]
+        steps = np.concatenate([np.array(rows + [[WAITALL] + [NONE, 0, 0, NONE] * 2], steps.dtype),
+                                steps[1:]])
+    lead = 0
+    while lead < len(steps) and steps[lead, 0] in (ISEND, IRECV):
+        lead += 1
+    safe = (TMP, ACC, OUT) if apart and not copy else (TMP,)
+    if lead == 0 or any(r[0] == IRECV and r[5] not in safe for r in steps[:lead]):
+        return steps, 0, False
+    if copy:
+        steps = steps.copy()
+        sends = (steps[:lead, 0] == ISEND) & (steps[:lead, 1] == ACC)
+        steps[:lead, 1][sends] = IN
+        steps = np.insert(steps, lead, [COPY, ACC, 0, copy, NONE, IN, 0, 0, NONE], axis=0)
+    return steps, lead, bool(copy)
 
 
 def native_job(comm, collective, why, method, *args):
