@@ -28,14 +28,15 @@ def make(name):
     return COMPRESSORS[name](**SETTINGS.get(name, {}))
 
 
-def expected(name, p, n, steps, dtype):
-    """The sum at the last step, computed rank by rank without communication."""
-    comps = [make(name) for _ in range(p)]
+def expected(name, p, n, steps, dtype, gradient=grad, settings=SETTINGS):
+    """The sum at the last step, computed rank by rank without communication (gradients
+    ``gradient(rank, n, step, dtype)``, compressors made with ``settings``)."""
+    comps = [COMPRESSORS[name](**settings.get(name, {})) for _ in range(p)]
     states = [ErrorFeedback() if comps[0].error_feedback else None for _ in range(p)]
     for step in range(steps):
         total = np.zeros(n, dtype)
         for r in range(p):
-            g = grad(r, n, step, dtype)
+            g = gradient(r, n, step, dtype)
             res = states[r].residual_for(g) if states[r] else None
             payload, ctx = comps[r].compress(g, res, comps[r].next_seed(r))
             comps[r].decompress_add(total, payload, ctx)
@@ -226,6 +227,34 @@ def test_fp16_overflow_falls_back_to_exact(comm):
     with pytest.warns(RuntimeWarning, match="overflowed"):
         out, _ = allreduce(comm, g, compression.FP16(scale=1.0))
     np.testing.assert_allclose(out, np.full(5, 1e5 + (p - 1), np.float32), rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["int8", "randk", "topk"])
+def test_out_takes_the_result(comm, name):
+    """``out`` gets the bits of the default call (a fresh array), for each shape, reused."""
+    r = comm.Get_rank()
+    comps, outs = [make(name), make(name)], [None, np.full((4099,), np.nan, np.float32)]
+    states = [None, None]
+    for step in range(2):
+        g = grad(r, 4099, step, np.float32)
+        got = [allreduce(comm, g, comps[i], states[i], out=outs[i]) for i in range(2)]
+        states = [s for _, s in got]
+        assert got[1][0] is outs[1]
+        np.testing.assert_array_equal(got[1][0], got[0][0])
+
+
+def test_out_refused_unless_it_fits(comm):
+    g = np.ones(8, np.float32)
+    with pytest.raises(ValueError, match="out holds 7 float32; the gradient 8 float32"):
+        allreduce(comm, g, "topk", out=np.empty(7, np.float32))
+    with pytest.raises(ValueError, match="out holds 8 float64"):
+        allreduce(comm, g, "topk", out=np.empty(8))
+    with pytest.raises(ValueError, match="contiguous"):
+        allreduce(comm, g, "topk", out=np.empty(16, np.float32)[::2])
+    with pytest.raises(ValueError, match="overlaps the gradient"):
+        allreduce(comm, g, "topk", out=g)
+    with pytest.raises(TypeError, match="NumPy array"):
+        allreduce(comm, g, "topk", out=[0.0] * 8)
 
 
 def test_bad_inputs():
