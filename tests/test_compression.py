@@ -144,13 +144,13 @@ def wire_formula(comm, comp, n, itemsize):
     if comp.name == "randk":
         c = kernels.randk_indices(n, compression._count(n, comp.ratio), comp.seed_for(0, r), np.empty(0, np.int64))
         return reduce_scatter_bytes(compression.Compressor(), c, p, r, itemsize), 2 * c * itemsize + p * itemsize
-    # Top-k: every rank knows that each selects k pairs, so no count travels.
+    # Top-k: every rank knows that each selects k pairs, so no count travels; the indices go
+    # as uint16 gaps after a 16-byte head (gaps at these sizes are far below 2^16).
     k = compression._count(n, comp.ratio)
-    pair = 4 + itemsize
-    if p * k * pair > 2 * n * itemsize:
+    if p * k * (4 + itemsize) > 2 * n * itemsize:
         sent = reduce_scatter_bytes(compression.Compressor(), n, p, r, itemsize)
     else:
-        sent = (p - 1) * k * pair
+        sent = (p - 1) * (16 + k * (2 + itemsize) if k else 0)
     return sent, 2 * n * itemsize + p * itemsize
 
 
@@ -241,6 +241,25 @@ def test_out_takes_the_result(comm, name):
         states = [s for _, s in got]
         assert got[1][0] is outs[1]
         np.testing.assert_array_equal(got[1][0], got[0][0])
+
+
+def test_sparse_gaps_wider_than_uint16(comm):
+    """Selected indices 2^16 or more apart travel as uint32 gaps: NumPy's rank-order sum, and
+    the bytes of a 16-byte head and 3 pairs of 4 + 4 bytes to each other rank."""
+    p, r, n = comm.Get_size(), comm.Get_rank(), 200_000
+
+    def spikes(q):
+        g = np.zeros(n, np.float32)
+        g[[q, 70_000 + q, n - 1]] = 1 + q, -2 - q, 0.5 + q
+        return g
+
+    comp = compression.TopK(ratio=3 / n)
+    out, _ = allreduce(comm, spikes(r), comp)
+    want = np.zeros(n, np.float32)
+    for q in range(p):
+        want += spikes(q)
+    np.testing.assert_array_equal(out, want)
+    assert comp.last.shape == "sparse" and comp.last.wire_bytes == (p - 1) * (16 + 3 * 8), comp.last
 
 
 def test_out_refused_unless_it_fits(comm):

@@ -189,8 +189,8 @@ def test_error_feedback_across_nodes(monkeypatch, segmented, spec, name, setting
 def test_sparse_pairs_cross_to_each_node_once(monkeypatch, spec, name):
     """The sparse all-gather across nodes, two steps with error feedback: the bits of decoding
     every rank's pairs in rank order (NumPy, rank by rank; the dense fallback of small vectors
-    within rounding), identical on every rank; top-k's pairs (k of them, uint32 index + float64
-    value) go to each other node once, and nothing else."""
+    within rounding), identical on every rank; top-k's pairs (k of them, uint16 gap + float64
+    value, after a 16-byte head) go to each other node once, and nothing else."""
     comm, counts = node_comm(monkeypatch, spec)
     p, r, N = WORLD.size, WORLD.rank, len(counts)
     with comm:
@@ -211,7 +211,7 @@ def test_sparse_pairs_cross_to_each_node_once(monkeypatch, spec, name):
             if name == "topk" and n == 20_011:
                 assert comp.last.shape == "sparse/node", what
                 k = round(SETTINGS[name]["ratio"] * n)
-                assert comp.last.wire_bytes == (N - 1) * k * (4 + 8), what
+                assert comp.last.wire_bytes == (N - 1) * (16 + k * (2 + 8)), what
 
 
 def with_silent_ranks(q, n, step, dtype):
@@ -224,8 +224,10 @@ def with_silent_ranks(q, n, step, dtype):
 def test_sparse_counts_differ_per_rank(monkeypatch, spec, name):
     """Counts that differ per rank (DGC's and threshold's; none at all where the gradient is
     zero) reach every rank with the pairs: the bits of NumPy decoding every rank's pairs in
-    rank order, flat and node-aware, into a reused ``out``."""
+    rank order, flat and node-aware, into a reused ``out`` decoded in blocks of 125 float64
+    (the last one shorter)."""
     p, r = WORLD.size, WORLD.rank
+    monkeypatch.setattr(compression, "BLOCK_BYTES", 1000)
     spec = {"one node": f"1x{p}", "one rank per node": f"{p}x1", "uneven": f"{max(p - 1, 1)},1"}.get(spec, spec)
     comm, counts = node_comm(monkeypatch, spec)
     settings = dict(SETTINGS, threshold=dict(threshold=20.0))
