@@ -184,6 +184,8 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
 #define TOPK_SEED 0x746f706bU
 #define TOPK_MIN_N 65536
 #define TOPK_MAX_FRACTION 16
+/* Sample elements fetched ahead of the one being read (sample_kth). */
+#define SAMPLE_AHEAD 32
 
 #define SPARSE(SUF, T, UT, ALIAS, ABSMASK, INFKEY)                                           \
     /* The r-th largest (r >= 1) of a[0..m), reordering a; Hoare partition, median of 3. */  \
@@ -304,6 +306,13 @@ RANGE_SIMD(f64, alias_u64, 64, 0x7fffffffffffffffULL, _mm256_set1_epi64x, pd)
         if (!s)                                                                              \
             return -1;                                                                       \
         for (size_t j = 0; j < ns; j++) {                                                    \
+            /* The positions are scattered over x: fetch ahead, or each read waits alone. */ \
+            if (j + SAMPLE_AHEAD < ns) {                                                     \
+                size_t a = ck_rng_bits(seed, (uint32_t)(j + SAMPLE_AHEAD)) % n;              \
+                __builtin_prefetch(x + a);                                                   \
+                if (add)                                                                     \
+                    __builtin_prefetch(add + a);                                             \
+            }                                                                                \
             size_t i = ck_rng_bits(seed, (uint32_t)j) % n;                                   \
             T v = add ? x[i] + add[i] : x[i];                                                \
             memcpy(&s[j], &v, sizeof v);                                                     \
