@@ -815,15 +815,17 @@ def _sparse(comm, nodes, g, compressor, state, seed, stats, out):
     # One slot per rank in scratch, whole 8-byte words so that every slot's values are aligned.
     slot = -(-(_HEAD + most * pair) // 8) * 8
     room = buffer(c, "pairs", p * slot)
+    # Rank r's indices, decoded (this rank's: its gaps, encoded).
+    work = buffer(c, "pair indices", p * most * 8).view(np.int64).reshape(p, most)
     mine = int(grid[local, lane.rank])
     with stats.timing("compress"):
-        size = _encode(idx, vals, room[mine * slot:(mine + 1) * slot], index)
+        size = _encode(idx, vals, room[mine * slot:(mine + 1) * slot], index, work[mine])
 
     with stats.timing("communicate"):
         got = _gather_pairs(grid, local, intra, lane, room, slot, size, stats)
     with stats.timing("decompress"):
-        _scatter_blocks(out, [(idx, vals) if r == mine else _decode(buf, g.dtype) for r, buf in enumerate(got)],
-                        compressor, ctx)
+        _scatter_blocks(out, [(idx, vals) if r == mine else _decode(buf, g.dtype, work[r])
+                              for r, buf in enumerate(got)], compressor, ctx)
 
 
 # Bytes of the output zeroed and then summed into at a time, while in cache: on a 16 MiB
@@ -848,15 +850,18 @@ def _scatter_blocks(out, payloads, compressor, ctx):
 _HEAD = 16   # bytes before a message's pairs: the first index and the width of the gaps, int64
 
 
-def _encode(idx, vals, buf, index):
+def _encode(idx, vals, buf, index, work):
     """Pack pairs (``idx`` ascending, as every sparsifier selects them) into the bytes ``buf``;
     the bytes used, none for no pairs.  The first index and the gaps' width (int64 each), the
     values, then the gaps between consecutive indices: uint16 when they all fit (at 1% kept
-    they are about 100 apart: 6 bytes a float32 pair instead of 8), else ``index``."""
+    they are about 100 apart: 6 bytes a float32 pair instead of 8), else ``index``.  ``work``:
+    int64 scratch of len(idx) (a fresh array would pay its page faults on every call)."""
     c = len(idx)
     if not c:
         return 0
-    gaps = np.diff(idx, prepend=idx[0])
+    gaps = work[:c]
+    gaps[0] = 0
+    np.subtract(idx[1:], idx[:-1], out=gaps[1:])
     if c > 1 and gaps[1:].min() < 1:
         raise ValueError("sparse payload: indices must be distinct and ascending")
     width = np.dtype(np.uint16 if gaps.max() < 2**16 else index)
@@ -867,13 +872,14 @@ def _encode(idx, vals, buf, index):
     return end
 
 
-def _decode(buf, dtype):
-    """(int64 indices, values) of the pairs ``_encode`` packed into ``buf``."""
+def _decode(buf, dtype, work):
+    """(int64 indices in ``work``, values) of the pairs ``_encode`` packed into ``buf``."""
     if not len(buf):
-        return np.empty(0, np.int64), np.empty(0, dtype)
+        return work[:0], buf.view(dtype)
     first, width = (int(v) for v in buf[:_HEAD].view(np.int64))
     split = _HEAD + (len(buf) - _HEAD) // (dtype.itemsize + width) * dtype.itemsize
-    idx = np.cumsum(buf[split:].view(f"u{width}" if width < 8 else np.int64), dtype=np.int64)
+    idx = work[:(split - _HEAD) // dtype.itemsize]
+    np.cumsum(buf[split:].view(f"u{width}" if width < 8 else np.int64), dtype=np.int64, out=idx)
     idx += first
     return idx, buf[_HEAD:split].view(dtype)
 
