@@ -47,6 +47,8 @@ spent compressing, communicating and decompressing):
   all-gather of those; 2 (p - 1) / p of the payload per rank, as 1-bit Adam's all-reduce.
 * sparse: an all-gather of (index, value) pairs while all ranks' pairs together take fewer
   bytes than a dense sum, otherwise a dense reduce-scatter/all-gather of the scattered pairs.
+  A rank's pairs travel as one message whose size tells their count (values, then the gaps
+  between indices: 6 bytes a float32 pair at 1% kept), decoded into the result in rank order.
 * sum: a reduce-scatter/all-gather of the payload's values as they are (random-k's values at
   the shared positions; none's whole vector).
 
