@@ -262,6 +262,21 @@ def test_sparse_gaps_wider_than_uint16(comm):
     assert comp.last.shape == "sparse" and comp.last.wire_bytes == (p - 1) * (16 + 3 * 8), comp.last
 
 
+class Reversed(compression.TopK):
+    """Top-k handing its pairs over in decreasing index order."""
+
+    def _select(self, v, add, seed, zero):
+        idx, vals = super()._select(v, add, seed, zero)
+        return idx[::-1].copy(), vals[::-1].copy()
+
+
+def test_sparse_pairs_in_any_order(comm):
+    """Pairs out of index order are summed all the same: NumPy's rank-order sum of top-k's."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    out, _ = allreduce(comm, grad(r, 4099, 0, np.float64), Reversed(ratio=0.05))
+    np.testing.assert_array_equal(out, expected("topk", p, 4099, 1, np.float64))
+
+
 def test_out_refused_unless_it_fits(comm):
     g = np.ones(8, np.float32)
     with pytest.raises(ValueError, match="out holds 7 float32; the gradient 8 float32"):
