@@ -28,14 +28,15 @@ def make(name):
     return COMPRESSORS[name](**SETTINGS.get(name, {}))
 
 
-def expected(name, p, n, steps, dtype):
-    """The sum at the last step, computed rank by rank without communication."""
-    comps = [make(name) for _ in range(p)]
+def expected(name, p, n, steps, dtype, gradient=grad, settings=SETTINGS):
+    """The sum at the last step, computed rank by rank without communication (gradients
+    ``gradient(rank, n, step, dtype)``, compressors made with ``settings``)."""
+    comps = [COMPRESSORS[name](**settings.get(name, {})) for _ in range(p)]
     states = [ErrorFeedback() if comps[0].error_feedback else None for _ in range(p)]
     for step in range(steps):
         total = np.zeros(n, dtype)
         for r in range(p):
-            g = grad(r, n, step, dtype)
+            g = gradient(r, n, step, dtype)
             res = states[r].residual_for(g) if states[r] else None
             payload, ctx = comps[r].compress(g, res, comps[r].next_seed(r))
             comps[r].decompress_add(total, payload, ctx)
@@ -143,14 +144,14 @@ def wire_formula(comm, comp, n, itemsize):
     if comp.name == "randk":
         c = kernels.randk_indices(n, compression._count(n, comp.ratio), comp.seed_for(0, r), np.empty(0, np.int64))
         return reduce_scatter_bytes(compression.Compressor(), c, p, r, itemsize), 2 * c * itemsize + p * itemsize
+    # Top-k: every rank knows that each selects k pairs, so no count travels; the indices go
+    # as uint16 gaps after a 16-byte head (gaps at these sizes are far below 2^16).
     k = compression._count(n, comp.ratio)
-    counts = comm.allgather(k)
-    pair = 4 + itemsize
-    if sum(counts) * pair > 2 * n * itemsize:
+    if p * k * (4 + itemsize) > 2 * n * itemsize:
         sent = reduce_scatter_bytes(compression.Compressor(), n, p, r, itemsize)
     else:
-        sent = (p - 1) * k * pair
-    return sent + 8 * (p - 1), 2 * n * itemsize + p * itemsize + 8 * (p - 1)
+        sent = (p - 1) * (16 + k * (2 + itemsize) if k else 0)
+    return sent, 2 * n * itemsize + p * itemsize
 
 
 @pytest.mark.parametrize("name", sorted(set(COMPRESSORS) - {"dgc", "threshold"}))
@@ -226,6 +227,68 @@ def test_fp16_overflow_falls_back_to_exact(comm):
     with pytest.warns(RuntimeWarning, match="overflowed"):
         out, _ = allreduce(comm, g, compression.FP16(scale=1.0))
     np.testing.assert_allclose(out, np.full(5, 1e5 + (p - 1), np.float32), rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["int8", "randk", "topk"])
+def test_out_takes_the_result(comm, name):
+    """``out`` gets the bits of the default call (a fresh array), for each shape, reused."""
+    r = comm.Get_rank()
+    comps, outs = [make(name), make(name)], [None, np.full((4099,), np.nan, np.float32)]
+    states = [None, None]
+    for step in range(2):
+        g = grad(r, 4099, step, np.float32)
+        got = [allreduce(comm, g, comps[i], states[i], out=outs[i]) for i in range(2)]
+        states = [s for _, s in got]
+        assert got[1][0] is outs[1]
+        np.testing.assert_array_equal(got[1][0], got[0][0])
+
+
+def test_sparse_gaps_wider_than_uint16(comm):
+    """Selected indices 2^16 or more apart travel as uint32 gaps: NumPy's rank-order sum, and
+    the bytes of a 16-byte head and 3 pairs of 4 + 4 bytes to each other rank."""
+    p, r, n = comm.Get_size(), comm.Get_rank(), 200_000
+
+    def spikes(q):
+        g = np.zeros(n, np.float32)
+        g[[q, 70_000 + q, n - 1]] = 1 + q, -2 - q, 0.5 + q
+        return g
+
+    comp = compression.TopK(ratio=3 / n)
+    out, _ = allreduce(comm, spikes(r), comp)
+    want = np.zeros(n, np.float32)
+    for q in range(p):
+        want += spikes(q)
+    np.testing.assert_array_equal(out, want)
+    assert comp.last.shape == "sparse" and comp.last.wire_bytes == (p - 1) * (16 + 3 * 8), comp.last
+
+
+class Reversed(compression.TopK):
+    """Top-k handing its pairs over in decreasing index order."""
+
+    def _select(self, v, add, seed, zero):
+        idx, vals = super()._select(v, add, seed, zero)
+        return idx[::-1].copy(), vals[::-1].copy()
+
+
+def test_sparse_pairs_in_any_order(comm):
+    """Pairs out of index order are summed all the same: NumPy's rank-order sum of top-k's."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    out, _ = allreduce(comm, grad(r, 4099, 0, np.float64), Reversed(ratio=0.05))
+    np.testing.assert_array_equal(out, expected("topk", p, 4099, 1, np.float64))
+
+
+def test_out_refused_unless_it_fits(comm):
+    g = np.ones(8, np.float32)
+    with pytest.raises(ValueError, match="out holds 7 float32; the gradient 8 float32"):
+        allreduce(comm, g, "topk", out=np.empty(7, np.float32))
+    with pytest.raises(ValueError, match="out holds 8 float64"):
+        allreduce(comm, g, "topk", out=np.empty(8))
+    with pytest.raises(ValueError, match="contiguous"):
+        allreduce(comm, g, "topk", out=np.empty(16, np.float32)[::2])
+    with pytest.raises(ValueError, match="overlaps the gradient"):
+        allreduce(comm, g, "topk", out=g)
+    with pytest.raises(TypeError, match="NumPy array"):
+        allreduce(comm, g, "topk", out=[0.0] * 8)
 
 
 def test_bad_inputs():

@@ -189,8 +189,8 @@ def test_error_feedback_across_nodes(monkeypatch, segmented, spec, name, setting
 def test_sparse_pairs_cross_to_each_node_once(monkeypatch, spec, name):
     """The sparse all-gather across nodes, two steps with error feedback: the bits of decoding
     every rank's pairs in rank order (NumPy, rank by rank; the dense fallback of small vectors
-    within rounding), identical on every rank; top-k's pairs (k of them, uint32 index + float64
-    value) go to each other node once, plus the counts."""
+    within rounding), identical on every rank; top-k's pairs (k of them, uint16 gap + float64
+    value, after a 16-byte head) go to each other node once, and nothing else."""
     comm, counts = node_comm(monkeypatch, spec)
     p, r, N = WORLD.size, WORLD.rank, len(counts)
     with comm:
@@ -211,7 +211,36 @@ def test_sparse_pairs_cross_to_each_node_once(monkeypatch, spec, name):
             if name == "topk" and n == 20_011:
                 assert comp.last.shape == "sparse/node", what
                 k = round(SETTINGS[name]["ratio"] * n)
-                assert comp.last.wire_bytes == 8 * (p - 1) + (N - 1) * k * (4 + 8), what
+                assert comp.last.wire_bytes == (N - 1) * (16 + k * (2 + 8)), what
+
+
+def with_silent_ranks(q, n, step, dtype):
+    """Rank q's gradient, zero on every third rank (from rank 1): threshold selects nothing there."""
+    return grad(q, n, step, dtype) * (q % 3 != 1)
+
+
+@pytest.mark.parametrize("spec", ["one node", "one rank per node", "uneven"] + LAYOUTS)
+@pytest.mark.parametrize("name", ["topk", "dgc", "threshold"])
+def test_sparse_counts_differ_per_rank(monkeypatch, spec, name):
+    """Counts that differ per rank (DGC's and threshold's; none at all where the gradient is
+    zero) reach every rank with the pairs: the bits of NumPy decoding every rank's pairs in
+    rank order, flat and node-aware, into a reused ``out`` decoded in blocks of 125 float64
+    (the last one shorter)."""
+    p, r = WORLD.size, WORLD.rank
+    monkeypatch.setattr(compression, "BLOCK_BYTES", 1000)
+    spec = {"one node": f"1x{p}", "one rank per node": f"{p}x1", "uneven": f"{max(p - 1, 1)},1"}.get(spec, spec)
+    comm, counts = node_comm(monkeypatch, spec)
+    settings = dict(SETTINGS, threshold=dict(threshold=20.0))
+    with comm:
+        for n in [0, 20_011]:
+            comp, state, out = COMPRESSORS[name](**settings[name]), None, np.full(n, np.nan)
+            for step in range(2):
+                got, state = allreduce(comm, with_silent_ranks(r, n, step, np.float64), comp, state, out=out)
+            what = f"{name} {spec} n={n}: {comp.last}"
+            assert got is out and comp.last.shape.startswith("sparse") and "dense" not in comp.last.shape, what
+            np.testing.assert_array_equal(out, expected(name, p, n, 2, np.float64, with_silent_ranks, settings),
+                                          err_msg=what)
+            assert_same_bits(out, what)
 
 
 @pytest.mark.parametrize("flat", ["one node", "one rank per node", "uneven"])

@@ -6,9 +6,9 @@ Per size (default 16 MiB of float32), interleaved as in measure.py (each repetit
 contender once, rotated by one per repetition; a sample is the slowest rank's time after a
 Barrier): native ``Allreduce``; our algorithms forced by name (default the node-aware ones and
 ring; results checked exact); and ``compression.allreduce`` through each compressor named
-(default int8 and 1% top-k), compression and decompression included, with its bytes sent per
-rank and the error max |ours - exact| / max |exact|.  Prints a table on rank 0 and writes
-bench/results/net_compressed_<label>.json.
+(default int8 and 1% top-k) into the receive buffer native writes (``out``), compression and
+decompression included, with its bytes sent per rank and the error max |ours - exact| /
+max |exact|.  Prints a table on rank 0 and writes bench/results/net_compressed_<label>.json.
 """
 import argparse
 import json
@@ -35,7 +35,7 @@ def contenders(comm, ours, algorithms, compressors):
         comp, state = compression.COMPRESSORS[name](), [None]
 
         def call(s, r, comp=comp, state=state):
-            r[...], state[0] = compression.allreduce(ours, s, comp, state[0])
+            _, state[0] = compression.allreduce(ours, s, comp, state[0], out=r)
             return comp.last
         out[f"compress:{name}"] = (call, False)
     return out
