@@ -7,13 +7,19 @@ Run by bench/net/bench_net.sh on the emulated cluster (testbed.sh); it also runs
 
 1. Layout: ``Split_type(COMM_TYPE_SHARED)`` per host; the launch fails unless every host holds
    the same number of ranks and the groups match the host names MPI reports.
-2. Ping-pong (rank 0 with the first other rank on its node, and with the first rank on another
-   node): half the round trip for 8 B .. 8 MiB, fitted to alpha + beta * bytes (see fit).
-3. Allreduce of float32 at 64 KiB, 1 MiB, 16 MiB: native ``Allreduce``, our default
-   ``collectives.Comm(comm)`` and a few algorithms forced by name (check off), interleaved:
+2. Link fits (see link_fits), each of 8 B .. 8 MiB fitted to alpha + beta * bytes (see fit):
+   a ping-pong (half the round trip) of rank 0 with the first other rank on its node and with
+   the first rank on another node; an exchange (Sendrecv both ways at once, the step every
+   all-reduce schedule takes) with that rank on another node; and, with several ranks per
+   node, every rank of node 0 exchanging at once with its counterpart on node 1, so k
+   messages share each direction of the two nodes' links (the cost model's sharing term).
+3. Allreduce of float32 at 64 KiB, 1 MiB, 4 MiB, 16 MiB: native ``Allreduce``, our default
+   ``collectives.Comm(comm)`` and a few algorithms forced by name (check off; the node-aware
+   ones only where they apply: several nodes, several ranks per node), interleaved:
    each repetition times every contender once in an order rotated by one per repetition, and
-   a sample is the slowest rank's time after a Barrier.  Each contender's result is checked
-   once against the exact sum (inputs are multiples of 2**-10, so every order sums exactly).
+   a sample is the slowest rank's time after an idle GAP and a Barrier.  Each contender's
+   result is checked once against the exact sum (inputs are multiples of 2**-10, so every
+   order sums exactly).
 
 Prints the tables on rank 0 and writes bench/results/net_<label>.json.
 """
@@ -32,8 +38,20 @@ import collectives  # noqa: E402  (the repository root is put on sys.path just a
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 ALGORITHMS = ("ring", "ring_segmented", "recursive_doubling", "rabenseifner")
-SIZES = (64 << 10, 1 << 20, 16 << 20)
-PINGPONG_SIZES = (8, 64, 512, 4096, 32 << 10, 256 << 10, 2 << 20, 8 << 20)
+NODE_ALGORITHMS = ("hierarchical", "node_leader")
+SIZES = (64 << 10, 1 << 20, 4 << 20, 16 << 20)
+PINGPONG_SIZES = (8, 64, 512, 4096, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20, 2 << 20, 8 << 20)
+# Seconds the links stay idle before each timed sample: tbf refills its 256 KiB burst in 2.1 ms
+# at 1 Gbit/s, so every sample starts with full buckets instead of what the one before left.
+GAP = 0.005
+
+
+def idle(seconds):
+    """Wait ``seconds`` on the CPU: a sleeping rank gives its core away, and on a loaded machine
+    getting it back took milliseconds (64 KiB all-reduces went from 0.5 to 5-11 ms)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 
 def layout(comm):
@@ -52,22 +70,30 @@ def layout(comm):
             "hosts": {h: [r for r, _ in m] for h, m in sorted(hosts.items())}}
 
 
-def pingpong(comm, peer, reps):
-    """Half round-trip seconds per size between rank 0 and ``peer`` (median of ``reps``)."""
+def pingpong(comm, pairs, reps, both=False):
+    """Half round-trip seconds per size, median of ``reps``, between each pair (a, b) of
+    ``pairs`` at once (rank 0 is a first ``a``); ``both``: each side sends and receives at once
+    (Sendrecv) instead of a sending first, and the time is one exchange, not half of two."""
+    role = {a: b for a, b in pairs} | {b: a for a, b in pairs}
     out = {}
     for nbytes in PINGPONG_SIZES:
-        buf = np.zeros(nbytes, np.uint8)
+        buf, other = np.zeros(nbytes, np.uint8), np.zeros(nbytes, np.uint8)
         samples = []
         for _ in range(reps + 2):
+            idle(GAP)
             comm.Barrier()
             start = time.perf_counter()
-            if comm.rank == 0:
+            peer = role.get(comm.rank)
+            if peer is not None and both:
+                comm.Sendrecv(buf, peer, recvbuf=other, source=peer)
+            elif peer is not None and comm.rank < peer:
                 comm.Send(buf, peer)
                 comm.Recv(buf, peer)
-            elif comm.rank == peer:
-                comm.Recv(buf, 0)
-                comm.Send(buf, 0)
-            samples.append((time.perf_counter() - start) / 2)
+            elif peer is not None:
+                comm.Recv(buf, peer)
+                comm.Send(buf, peer)
+            # The slowest pair's time: pairs at once share links.
+            samples.append(comm.allreduce((time.perf_counter() - start) / (1 if both else 2), MPI.MAX))
         out[nbytes] = float(np.median(samples[2:]))
     return out
 
@@ -82,20 +108,24 @@ def fit(times):
 
 
 def link_fits(comm, info, reps):
-    """alpha/beta for the intra-node and inter-node pairs that exist in this layout."""
+    """alpha/beta of each pattern that exists in this layout (module docstring, point 2)."""
     hosts = list(info["hosts"].values())
-    pairs = {}
+    patterns = {}
     if len(hosts[0]) > 1:
-        pairs["intra-node (shared memory)"] = hosts[0][1]
+        patterns["intra-node (shared memory)"] = ([(0, hosts[0][1])], False)
     if len(hosts) > 1:
-        pairs["inter-node (shaped link)"] = hosts[1][0]
+        patterns["inter-node (shaped link)"] = ([(0, hosts[1][0])], False)
+        patterns["inter-node exchange"] = ([(0, hosts[1][0])], True)
+        if len(hosts[0]) > 1:
+            patterns[f"inter-node exchange, {len(hosts[0])} pairs on one link"] = (
+                list(zip(hosts[0], hosts[1])), True)
     out = {}
-    for name, peer in pairs.items():
-        times = pingpong(comm, peer, reps)
+    for name, (pairs, both) in patterns.items():
+        times = pingpong(comm, pairs, reps, both)
         alpha, beta = fit(times)
-        out[name] = {"peer": peer, "alpha_us": alpha * 1e6, "beta_s_per_byte": beta,
+        out[name] = {"pairs": pairs, "alpha_us": alpha * 1e6, "beta_s_per_byte": beta,
                      "bandwidth_gbit_s": 8e-9 / beta if beta > 0 else float("inf"),
-                     "half_round_trip_us": {str(k): v * 1e6 for k, v in times.items()}}
+                     "one_way_us": {str(k): v * 1e6 for k, v in times.items()}}
     return out
 
 
@@ -111,7 +141,9 @@ def contenders(comm):
     ours = collectives.Comm(comm, check=False)
     default = collectives.Comm(comm)
     out = {"native": comm.Allreduce, "ours default": default.Allreduce}
-    for name in ALGORITHMS:
+    info = layout(comm)
+    node_aware = NODE_ALGORITHMS if info["nodes"] > 1 and info["ranks_per_node"] > 1 else ()
+    for name in ALGORITHMS + node_aware:
         out[name] = lambda s, r, name=name: ours.Allreduce(s, r, algorithm=name)
     return out
 
@@ -136,6 +168,7 @@ def allreduce(comm, budget):
         while rep < 3 or (rep < 200 and comm.bcast(time.perf_counter() < deadline)):
             for i in range(len(names)):
                 name = names[(i + rep) % len(names)]
+                idle(GAP)
                 comm.Barrier()
                 start = time.perf_counter()
                 calls[name](send, recv)
