@@ -214,7 +214,7 @@ def main(argv=None):
 # receive rounds are the same level; a rank's rounds follow each other) and sums the levels:
 #
 #   level time = max over ranks of (max over its messages of the message's time
-#                                   + gamma x bytes it combines in that level)
+#                                   + gamma x bytes it combines or copies in that level)
 #   message time = intra-node alpha + (bytes the sender puts in shared memory this level)
 #                  x intra-node beta, on one node;
 #                = inter-node alpha + (bytes crossing the busier of the two links it uses,
@@ -239,10 +239,11 @@ class Links:
 
 
 def rounds(steps, itemsize):
-    """A rank's schedule rows as rounds [sends, recvs, combined bytes], sends and recvs lists of
-    (peer, bytes): a Sendrecv row is a round, so are Isend/Irecv rows up to their Waitall;
-    a combine counts to the round open or last closed (a new round if there is none)."""
-    from collectives.schedule import IRECV, ISEND, NONE, REDUCE, SENDRECV, WAITALL
+    """A rank's schedule rows as rounds [sends, recvs, bytes combined or copied], sends and recvs
+    lists of (peer, bytes): a Sendrecv row is a round, so are Isend/Irecv rows up to their
+    Waitall; a combine or copy (one pass over memory each) counts to the round open or last
+    closed (a new round if there is none)."""
+    from collectives.schedule import COPY, IRECV, ISEND, NONE, REDUCE, SENDRECV, WAITALL
 
     out, open_ = [], None
     for kind, _, _, sc, dest, _, _, rc, source in steps.tolist():
@@ -259,7 +260,7 @@ def rounds(steps, itemsize):
                 open_[1].append((source, rc * itemsize))
         elif kind == WAITALL:
             open_ = None
-        elif kind == REDUCE:
+        elif kind in (REDUCE, COPY):
             if open_ is None and not out:
                 out.append([[], [], 0])
             (open_ or out[-1])[2] += sc * itemsize

@@ -12,7 +12,10 @@ Run by bench/net/bench_net.sh on the emulated cluster (testbed.sh); it also runs
    the first rank on another node; an exchange (Sendrecv both ways at once, the step every
    all-reduce schedule takes) with that rank on another node; and, with several ranks per
    node, every rank of node 0 exchanging at once with its counterpart on node 1, so k
-   messages share each direction of the two nodes' links (the cost model's sharing term).
+   messages share each direction of the two nodes' links (the cost model's sharing term);
+   with several ranks per node, the first two ranks of every node exchanging at once in
+   shared memory (as the node-aware phases do, all nodes at once on the shared cores).
+   gamma: the float32 sum kernel on every rank at once (see kernel_gamma).
 3. Allreduce of float32 at 64 KiB, 1 MiB, 4 MiB, 16 MiB: native ``Allreduce``, our default
    ``collectives.Comm(comm)`` and a few algorithms forced by name (check off; the node-aware
    ones only where they apply: several nodes, several ranks per node), interleaved:
@@ -113,6 +116,7 @@ def link_fits(comm, info, reps):
     patterns = {}
     if len(hosts[0]) > 1:
         patterns["intra-node (shared memory)"] = ([(0, hosts[0][1])], False)
+        patterns["intra-node exchange, every node at once"] = ([tuple(h[:2]) for h in hosts], True)
     if len(hosts) > 1:
         patterns["inter-node (shaped link)"] = ([(0, hosts[1][0])], False)
         patterns["inter-node exchange"] = ([(0, hosts[1][0])], True)
@@ -127,6 +131,23 @@ def link_fits(comm, info, reps):
                      "bandwidth_gbit_s": 8e-9 / beta if beta > 0 else float("inf"),
                      "one_way_us": {str(k): v * 1e6 for k, v in times.items()}}
     return out
+
+
+def kernel_gamma(comm, reps=5):
+    """Seconds per byte of the float32 sum kernel (the combine every schedule calls) run on
+    every rank at once, as in an all-reduce's steps: the slowest rank's median at 16 MiB, where
+    the operands do not stay in cache and the ranks share the cores and memory bandwidth."""
+    from collectives import kernels
+    from collectives.ops import OP_CODE, dtype_code
+
+    dst, src = np.ones(4 << 20, np.float32), np.ones(4 << 20, np.float32)
+    samples = []
+    for _ in range(reps):
+        comm.Barrier()
+        start = time.perf_counter()
+        kernels.reduce_into(dst, src, dtype_code(np.float32), OP_CODE["sum"])
+        samples.append(comm.allreduce(time.perf_counter() - start, MPI.MAX))
+    return float(np.median(samples)) / dst.nbytes
 
 
 def exact_input(comm, count):
@@ -208,11 +229,13 @@ def main():
             print(json.dumps(info), flush=True)
         return
     fits = link_fits(comm, info, args.pingpong_reps)
+    gamma = kernel_gamma(comm)
     medians = allreduce(comm, args.budget)
     if comm.rank == 0:
         print(report(info, fits, medians), flush=True)
         os.makedirs(RESULTS, exist_ok=True)
-        result = {"label": args.label, "layout": info, "links": fits,
+        print(f"gamma (float32 sum on every rank at once, 16 MiB): {gamma * 1e9:.3f} ns/B", flush=True)
+        result = {"label": args.label, "layout": info, "links": fits, "gamma_s_per_byte": gamma,
                   "allreduce_median_s": {str(k): v for k, v in medians.items()},
                   "environment": {k: v for k, v in os.environ.items()
                                   if k.startswith(("MPIR_CVAR", "FI_", "TESTBED_"))}}

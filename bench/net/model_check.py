@@ -7,13 +7,15 @@ bench/model.py's ``predict``: its own schedule walked over the node map, so step
 node pay the shared-memory alpha and beta and the messages of one step that leave or enter a
 node share that node's link, through tbf's token bucket.  Parameters, from the file:
 
-* inter-node alpha and beta: measure.py's exchange across the shaped link (Sendrecv both
-  ways at once, the step every schedule takes; beta from the two largest sizes, beyond the
-  burst); the fast beta within the burst: the median of (t - alpha) / n over the exchange's
-  sizes from 16 KiB to half the burst;
-* intra-node alpha and beta: measure.py's ping-pong on one node (none on 1-rank nodes);
+* inter-node beta: measure.py's exchange across the shaped link (Sendrecv both ways at once,
+  the step every schedule takes), from its two largest sizes, beyond the burst; alpha and
+  the fast beta within the burst: a least-squares line through the exchange's sizes up to
+  half the burst (the fast beta kept within 0 .. beta);
+* intra-node alpha and beta: measure.py's exchange in shared memory on every node at once
+  (the node-aware phases run so, all ranks on the shared cores; none on 1-rank nodes);
 * the burst: testbed.sh's ``tbf ... burst 256kb`` in payload bytes;
-* gamma: the float32 sum kernel timed here (bench/model.py's fit_gamma).
+* gamma: measure.py's float32 sum kernel on every rank at once (bench/model.py's fit_gamma,
+  one process here, for older files without it).
 
 Prints, per algorithm and size of 64 KiB and more, predicted and measured median ms and the
 error (predicted / measured - 1), then the model's time for measure.py's concurrent exchanges
@@ -25,6 +27,8 @@ import os
 import statistics
 import sys
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from bench.model import LARGE, Links, fit_gamma, predict, walk  # noqa: E402  (the repository root is put on sys.path just above)
 
@@ -33,7 +37,7 @@ from bench.model import LARGE, Links, fit_gamma, predict, walk  # noqa: E402  (t
 BURST = (256 << 10) * 1448 // 1514
 EXCHANGE = "inter-node exchange"
 SHARED = "inter-node exchange, {k} pairs on one link"
-INTRA = "intra-node (shared memory)"
+INTRA = "intra-node exchange, every node at once"
 
 
 def links_of(result, gamma):
@@ -43,10 +47,10 @@ def links_of(result, gamma):
     if EXCHANGE not in fits:
         return Links(intra, intra, gamma)
     ex = fits[EXCHANGE]
-    alpha = ex["alpha_us"] * 1e-6
-    fast = statistics.median((t * 1e-6 - alpha) / int(n) for n, t in ex["one_way_us"].items()
-                             if 16 << 10 <= int(n) <= BURST // 2)
-    return Links(intra, (alpha, ex["beta_s_per_byte"]), gamma, BURST, max(fast, 0.0))
+    beta = ex["beta_s_per_byte"]
+    small = [(int(n), t * 1e-6) for n, t in ex["one_way_us"].items() if int(n) <= BURST // 2]
+    fast, alpha = np.polyfit(*zip(*small), 1)
+    return Links(intra, (max(alpha, 0.0), beta), gamma, BURST, min(max(fast, 0.0), beta))
 
 
 def exchange_rounds(pairs, nbytes):
@@ -66,7 +70,7 @@ def main():
     with open(path) as f:
         result = json.load(f)
     nodes, k = result["layout"]["nodes"], result["layout"]["ranks_per_node"]
-    links = links_of(result, fit_gamma())
+    links = links_of(result, result["gamma_s_per_byte"] if "gamma_s_per_byte" in result else fit_gamma())
     rows = []
     for size, medians in result["allreduce_median_s"].items():
         nbytes = int(size)
