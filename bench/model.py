@@ -11,6 +11,9 @@ and projected to large rank counts.
   every reducing schedule calls), best of several runs, 1-16 MiB.
 * Compare: every named algorithm's row of the given benchmark results at 64 KiB and more,
   measured p50 and min beside ``cost(p, n, alpha, beta, gamma)`` from its module, and the errors.
+* Testbed (``predict``, run by bench/net/model_check.py): each algorithm's own schedule walked
+  over a node map, with shared memory within a node, links shared by the messages of a step
+  and the links' token bucket (the comment above ``Links``).
 * Project: per collective, the algorithm of least predicted time and that time at 64 .. 4096
   ranks for two interconnects (100 Gbit/s with 1.5 us, 25 Gbit/s with 5 us; gamma stays this
   machine's), the sizes where the choice changes, beside MPICH's published thresholds.
@@ -219,7 +222,9 @@ def main(argv=None):
 #                  x intra-node beta, on one node;
 #                = inter-node alpha + (bytes crossing the busier of the two links it uses,
 #                  the sender node's uplink and the receiver node's downlink, this level)
-#                  x inter-node beta, between nodes (tbf shapes each link in each direction).
+#                  x inter-node beta, between nodes (tbf shapes each link in each direction);
+#                  the bytes a link's token bucket still holds (tbf's burst, refilled at the
+#                  link rate while the levels run) go at the fast beta instead.
 #
 # The node-aware all-reduces (collectives.node) are the same walk over the concatenated
 # schedules of their phases on the node and lane communicators, each phase the algorithm
@@ -288,10 +293,9 @@ def _auto(collective, size, count, nbytes, uniform=True):
 def allreduce_rounds(name, nodes, k, count, itemsize=4):
     """{rank: rounds} of all-reducing ``count`` elements with algorithm ``name`` (full name) on
     ``nodes`` nodes of ``k`` ranks (rank = node x k + local index), out of place."""
-    import numpy as np
-
     from collectives.executor import plan_args
     from collectives.registry import NODE_ALGORITHMS, select
+    from collectives.schedule import blocks
 
     p, nbytes = nodes * k, count * itemsize
     if name not in {a.name for a in NODE_ALGORITHMS["allreduce"]}:
@@ -305,7 +309,7 @@ def allreduce_rounds(name, nodes, k, count, itemsize=4):
     lanes = [list(range(j, p, k)) for j in range(k)]
     phases = []  # [(algo, groups, args, itemsize)], each phase on every group at once
     if name == "allreduce_hierarchical":
-        counts = tuple(len(b) for b in np.array_split(np.arange(count), k))
+        counts = blocks(count, k)[0]
         uniform = len(set(counts)) == 1
         rs = _auto("reduce_scatter", k, count, nbytes, uniform)
         phases.append((rs, intra, plan_args(rs, (counts, True), True), itemsize))
@@ -361,34 +365,34 @@ def walk(ranks, node_of, links):
     ``node_of[r]`` under ``links`` (the level sum of the comment above; a link's bytes within
     its token bucket go at links.fast, the rest at the inter-node beta)."""
     level = levels(ranks)
-    depth = 1 + max((max(row) for row in level.values() if row), default=-1)
-    load = [{} for _ in range(depth)]  # level -> ("shm", rank) / ("up" | "down", node) -> bytes
+    at_level = [[] for _ in range(1 + max((max(row) for row in level.values() if row), default=-1))]
     for r, rows in ranks.items():
-        for i, (sends, _, _) in enumerate(rows):
+        for i, row in enumerate(rows):
+            at_level[level[r][i]].append((r, row))
+    alpha, beta = links.inter
+    tokens = {}  # ("up" | "down", node) -> bytes left in its bucket
+    total = 0.0
+    for entries in at_level:
+        load = {}  # ("shm", rank) / ("up" | "down", node) -> bytes this level
+        for r, (sends, _, _) in entries:
             for q, nbytes in sends:
                 for key in _uses(r, q, node_of):
-                    load[level[r][i]][key] = load[level[r][i]].get(key, 0) + nbytes
-    alpha, beta = links.inter
-    tokens = {}  # (direction, node) -> bytes left in its bucket
-    total = 0.0
-    for at in range(depth):
+                    load[key] = load.get(key, 0) + nbytes
         wire = {key: (links.intra[1] * n if key[0] == "shm" else
                       max(n * links.fast, (n - tokens.setdefault(key, links.burst)) * beta))
-                for key, n in load[at].items()}
-        busy = {}  # rank -> seconds of its messages in this level
-        for r, rows in ranks.items():
-            for i, (sends, _, _) in enumerate(rows):
-                if level[r][i] != at:
-                    continue
-                for q, _ in sends:
-                    keys = _uses(r, q, node_of)
-                    t = (links.intra[0] if keys[0][0] == "shm" else alpha) + max(wire[key] for key in keys)
-                    for end in (r, q):
-                        busy[end] = max(busy.get(end, 0), t)
-        took = max((busy.get(r, 0) + links.gamma * sum(row[2] for i, row in enumerate(rows) if level[r][i] == at)
-                    for r, rows in ranks.items()), default=0)
+                for key, n in load.items()}
+        messages, local = {}, {}  # rank -> its slowest message, its bytes combined or copied
+        for r, (sends, _, nbytes) in entries:
+            local[r] = local.get(r, 0) + nbytes
+            for q, _ in sends:
+                keys = _uses(r, q, node_of)
+                t = (links.intra[0] if keys[0][0] == "shm" else alpha) + max(wire[key] for key in keys)
+                for end in (r, q):
+                    messages[end] = max(messages.get(end, 0), t)
+        took = max((messages.get(r, 0) + links.gamma * local.get(r, 0) for r in messages.keys() | local.keys()),
+                   default=0)
         for key in tokens:
-            tokens[key] = min(links.burst, tokens[key] - load[at].get(key, 0) + took / beta)
+            tokens[key] = min(links.burst, tokens[key] - load.get(key, 0) + took / beta)
         total += took
     return total
 

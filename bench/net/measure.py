@@ -228,14 +228,18 @@ def main():
         if comm.rank == 0:
             print(json.dumps(info), flush=True)
         return
+    load = [os.getloadavg()[0]]
     fits = link_fits(comm, info, args.pingpong_reps)
     gamma = kernel_gamma(comm)
     medians = allreduce(comm, args.budget)
+    load.append(os.getloadavg()[0])
     if comm.rank == 0:
         print(report(info, fits, medians), flush=True)
+        print(f"load average (1 min) before / after: {load[0]:.2f} / {load[1]:.2f} on {os.cpu_count()} cores")
         os.makedirs(RESULTS, exist_ok=True)
         print(f"gamma (float32 sum on every rank at once, 16 MiB): {gamma * 1e9:.3f} ns/B", flush=True)
         result = {"label": args.label, "layout": info, "links": fits, "gamma_s_per_byte": gamma,
+                  "load_average_1min": load,
                   "allreduce_median_s": {str(k): v for k, v in medians.items()},
                   "environment": {k: v for k, v in os.environ.items()
                                   if k.startswith(("MPIR_CVAR", "FI_", "TESTBED_"))}}
