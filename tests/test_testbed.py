@@ -108,6 +108,9 @@ def test_model_check_reads_the_fits():
     assert links.inter == pytest.approx((alpha, beta)) and links.fast == pytest.approx(fast)
     assert links.intra == pytest.approx((20e-6, 1e-10)) and links.gamma == 3e-10
     assert links.burst == model_check.BURST
+    # A train's start-up (back to back, as a schedule's steps) wins over the line's intercept.
+    result["links"][f"{model_check.EXCHANGE}, train of 16"] = {"alpha_us": 25.0}
+    assert model_check.links_of(result, 3e-10).inter == pytest.approx((25e-6, beta))
     # tc's "256kb" is KiB: the constant is that burst as TCP payload.
     with open(TESTBED) as f:
         assert "burst 256kb" in f.read()

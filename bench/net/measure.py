@@ -15,6 +15,8 @@ Run by bench/net/bench_net.sh on the emulated cluster (testbed.sh); it also runs
    messages share each direction of the two nodes' links (the cost model's sharing term);
    with several ranks per node, the first two ranks of every node exchanging at once in
    shared memory (as the node-aware phases do, all nodes at once on the shared cores).
+   Each exchange also as a train of TRAIN back to back at up to 4 KiB, for the start-up of a
+   schedule's step (no Barrier skew).
    gamma: the float32 sum kernel on every rank at once (see kernel_gamma).
 3. Allreduce of float32 at 64 KiB, 1 MiB, 4 MiB, 16 MiB: native ``Allreduce``, our default
    ``collectives.Comm(comm)`` and a few algorithms forced by name (check off; the node-aware
@@ -47,6 +49,7 @@ PINGPONG_SIZES = (8, 64, 512, 4096, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256
 # Seconds the links stay idle before each timed sample: tbf refills its 256 KiB burst in 2.1 ms
 # at 1 Gbit/s, so every sample starts with full buckets instead of what the one before left.
 GAP = 0.005
+TRAIN, TRAIN_SIZES = 16, (8, 512, 4096)
 
 
 def idle(seconds):
@@ -73,13 +76,14 @@ def layout(comm):
             "hosts": {h: [r for r, _ in m] for h, m in sorted(hosts.items())}}
 
 
-def pingpong(comm, pairs, reps, both=False):
+def pingpong(comm, pairs, reps, both=False, sizes=PINGPONG_SIZES, train=1):
     """Half round-trip seconds per size, median of ``reps``, between each pair (a, b) of
     ``pairs`` at once (rank 0 is a first ``a``); ``both``: each side sends and receives at once
-    (Sendrecv) instead of a sending first, and the time is one exchange, not half of two."""
+    (Sendrecv) instead of a sending first, and the time is one exchange, not half of two;
+    ``train``: that many back to back per sample, the time divided by it."""
     role = {a: b for a, b in pairs} | {b: a for a, b in pairs}
     out = {}
-    for nbytes in PINGPONG_SIZES:
+    for nbytes in sizes:
         buf, other = np.zeros(nbytes, np.uint8), np.zeros(nbytes, np.uint8)
         samples = []
         for _ in range(reps + 2):
@@ -87,16 +91,18 @@ def pingpong(comm, pairs, reps, both=False):
             comm.Barrier()
             start = time.perf_counter()
             peer = role.get(comm.rank)
-            if peer is not None and both:
-                comm.Sendrecv(buf, peer, recvbuf=other, source=peer)
-            elif peer is not None and comm.rank < peer:
-                comm.Send(buf, peer)
-                comm.Recv(buf, peer)
-            elif peer is not None:
-                comm.Recv(buf, peer)
-                comm.Send(buf, peer)
+            for _ in range(train):
+                if peer is not None and both:
+                    comm.Sendrecv(buf, peer, recvbuf=other, source=peer)
+                elif peer is not None and comm.rank < peer:
+                    comm.Send(buf, peer)
+                    comm.Recv(buf, peer)
+                elif peer is not None:
+                    comm.Recv(buf, peer)
+                    comm.Send(buf, peer)
             # The slowest pair's time: pairs at once share links.
-            samples.append(comm.allreduce((time.perf_counter() - start) / (1 if both else 2), MPI.MAX))
+            elapsed = (time.perf_counter() - start) / (train if both else 2 * train)
+            samples.append(comm.allreduce(elapsed, MPI.MAX))
         out[nbytes] = float(np.median(samples[2:]))
     return out
 
@@ -123,9 +129,14 @@ def link_fits(comm, info, reps):
         if len(hosts[0]) > 1:
             patterns[f"inter-node exchange, {len(hosts[0])} pairs on one link"] = (
                 list(zip(hosts[0], hosts[1])), True)
+    # Each exchange again at small sizes as a train: a schedule's steps follow each other with
+    # no Barrier between, so their start-up is the train's, without the Barrier's skew.
+    runs = [(name, pairs, both, PINGPONG_SIZES, 1) for name, (pairs, both) in patterns.items()]
+    runs += [(f"{name}, train of {TRAIN}", pairs, both, TRAIN_SIZES, TRAIN)
+             for name, (pairs, both) in patterns.items() if both]
     out = {}
-    for name, (pairs, both) in patterns.items():
-        times = pingpong(comm, pairs, reps, both)
+    for name, pairs, both, sizes, train in runs:
+        times = pingpong(comm, pairs, reps, both, sizes, train)
         alpha, beta = fit(times)
         out[name] = {"pairs": pairs, "alpha_us": alpha * 1e6, "beta_s_per_byte": beta,
                      "bandwidth_gbit_s": 8e-9 / beta if beta > 0 else float("inf"),

@@ -8,11 +8,13 @@ node pay the shared-memory alpha and beta and the messages of one step that leav
 node share that node's link, through tbf's token bucket.  Parameters, from the file:
 
 * inter-node beta: measure.py's exchange across the shaped link (Sendrecv both ways at once,
-  the step every schedule takes), from its two largest sizes, beyond the burst; alpha and
-  the fast beta within the burst: a least-squares line through the exchange's sizes up to
-  half the burst (the fast beta kept within 0 .. beta);
+  the step every schedule takes), from its two largest sizes, beyond the burst; the fast
+  beta within the burst: the slope of a least-squares line through the exchange's sizes up
+  to half the burst (kept within 0 .. beta); alpha: the exchange's train (back to back, as a
+  schedule's steps run), else that line's intercept;
 * intra-node alpha and beta: measure.py's exchange in shared memory on every node at once
-  (the node-aware phases run so, all ranks on the shared cores; none on 1-rank nodes);
+  (the node-aware phases run so, all ranks on the shared cores; older files: the ping-pong;
+  none on 1-rank nodes), alpha from its train if there is one;
 * the burst: testbed.sh's ``tbf ... burst 256kb`` in payload bytes;
 * gamma: measure.py's float32 sum kernel on every rank at once (bench/model.py's fit_gamma,
   one process here, for older files without it).
@@ -38,19 +40,28 @@ BURST = (256 << 10) * 1448 // 1514
 EXCHANGE = "inter-node exchange"
 SHARED = "inter-node exchange, {k} pairs on one link"
 INTRA = "intra-node exchange, every node at once"
+PINGPONG = "intra-node (shared memory)"  # older files' only intra-node fit
 
 
 def links_of(result, gamma):
     """Links from measure.py's fits in ``result`` (the module docstring)."""
     fits = result["links"]
-    intra = (fits[INTRA]["alpha_us"] * 1e-6, fits[INTRA]["beta_s_per_byte"]) if INTRA in fits else (0.0, 0.0)
+    own = fits.get(INTRA) or fits.get(PINGPONG)
+    intra = (train_alpha(fits, INTRA, own["alpha_us"] * 1e-6), own["beta_s_per_byte"]) if own else (0.0, 0.0)
     if EXCHANGE not in fits:
         return Links(intra, intra, gamma)
     ex = fits[EXCHANGE]
     beta = ex["beta_s_per_byte"]
     small = [(int(n), t * 1e-6) for n, t in ex["one_way_us"].items() if int(n) <= BURST // 2]
     fast, alpha = np.polyfit(*zip(*small), 1)
-    return Links(intra, (max(alpha, 0.0), beta), gamma, BURST, min(max(fast, 0.0), beta))
+    alpha = train_alpha(fits, EXCHANGE, max(alpha, 0.0))
+    return Links(intra, (alpha, beta), gamma, BURST, min(max(fast, 0.0), beta))
+
+
+def train_alpha(fits, name, otherwise):
+    """alpha of pattern ``name``'s train in ``fits`` (measure.py's, any length), else ``otherwise``."""
+    trains = [f for key, f in fits.items() if key.startswith(f"{name}, train of ")]
+    return trains[0]["alpha_us"] * 1e-6 if trains else otherwise
 
 
 def exchange_rounds(pairs, nbytes):
