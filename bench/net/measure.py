@@ -15,8 +15,8 @@ Run by bench/net/bench_net.sh on the emulated cluster (testbed.sh); it also runs
    messages share each direction of the two nodes' links (the cost model's sharing term);
    with several ranks per node, the first two ranks of every node exchanging at once in
    shared memory (as the node-aware phases do, all nodes at once on the shared cores).
-   Each exchange also as a train of TRAIN back to back at up to 4 KiB, for the start-up of a
-   schedule's step (no Barrier skew).
+   Each exchange also as a train of TRAIN back to back at up to 8 KiB, for the start-up and
+   the in-burst time per byte of a schedule's steps (no Barrier skew between them).
    gamma: the float32 sum kernel on every rank at once (see kernel_gamma).
 3. Allreduce of float32 at 64 KiB, 1 MiB, 4 MiB, 16 MiB: native ``Allreduce``, our default
    ``collectives.Comm(comm)`` and a few algorithms forced by name (check off; the node-aware
@@ -49,7 +49,7 @@ PINGPONG_SIZES = (8, 64, 512, 4096, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256
 # Seconds the links stay idle before each timed sample: tbf refills its 256 KiB burst in 2.1 ms
 # at 1 Gbit/s, so every sample starts with full buckets instead of what the one before left.
 GAP = 0.005
-TRAIN, TRAIN_SIZES = 16, (8, 512, 4096)
+TRAIN, TRAIN_SIZES = 16, (8, 512, 4096, 8192)  # 16 x 8 KiB stays within the burst
 
 
 def idle(seconds):
@@ -214,8 +214,10 @@ def report(info, fits, medians):
     """The tables, as text."""
     lines = [f"layout: {info['nodes']} node(s) x {info['ranks_per_node']} rank(s): {info['hosts']}"]
     for name, f in fits.items():
-        lines.append(f"ping-pong {name}: alpha {f['alpha_us']:.1f} us, "
-                     f"beta {f['beta_s_per_byte'] * 1e9:.3f} ns/B ({f['bandwidth_gbit_s']:.2f} Gbit/s)")
+        # A train's sizes are all small: its slope is no bandwidth.
+        rate = "" if ", train of " in name else (f", beta {f['beta_s_per_byte'] * 1e9:.3f} ns/B "
+                                                  f"({f['bandwidth_gbit_s']:.2f} Gbit/s)")
+        lines.append(f"ping-pong {name}: alpha {f['alpha_us']:.1f} us{rate}")
     names = list(next(iter(medians.values())))
     lines.append("Allreduce float32, median ms (native / contender)")
     lines.append(f"{'':>20}" + "".join(f"{n // 1024:>14} KiB" for n in medians))

@@ -8,10 +8,11 @@ node pay the shared-memory alpha and beta and the messages of one step that leav
 node share that node's link, through tbf's token bucket.  Parameters, from the file:
 
 * inter-node beta: measure.py's exchange across the shaped link (Sendrecv both ways at once,
-  the step every schedule takes), from its two largest sizes, beyond the burst; the fast
-  beta within the burst: the slope of a least-squares line through the exchange's sizes up
-  to half the burst (kept within 0 .. beta); alpha: the exchange's train (back to back, as a
-  schedule's steps run), else that line's intercept;
+  the step every schedule takes), from its two largest sizes, beyond the burst;
+* inter-node alpha and the fast beta within the burst: a least-squares line through the
+  exchange's train (back to back up to 8 KiB, as a schedule's steps run, no Barrier skew;
+  older files: through the single exchanges up to half the burst), the slope kept within
+  0 .. beta;
 * intra-node alpha and beta: measure.py's exchange in shared memory on every node at once
   (the node-aware phases run so, all ranks on the shared cores; older files: the ping-pong;
   none on 1-rank nodes), alpha from its train if there is one;
@@ -47,21 +48,22 @@ def links_of(result, gamma):
     """Links from measure.py's fits in ``result`` (the module docstring)."""
     fits = result["links"]
     own = fits.get(INTRA) or fits.get(PINGPONG)
-    intra = (train_alpha(fits, INTRA, own["alpha_us"] * 1e-6), own["beta_s_per_byte"]) if own else (0.0, 0.0)
+    intra = (line(fits, INTRA, own)[1], own["beta_s_per_byte"]) if own else (0.0, 0.0)
     if EXCHANGE not in fits:
         return Links(intra, intra, gamma)
-    ex = fits[EXCHANGE]
-    beta = ex["beta_s_per_byte"]
-    small = [(int(n), t * 1e-6) for n, t in ex["one_way_us"].items() if int(n) <= BURST // 2]
-    fast, alpha = np.polyfit(*zip(*small), 1)
-    alpha = train_alpha(fits, EXCHANGE, max(alpha, 0.0))
-    return Links(intra, (alpha, beta), gamma, BURST, min(max(fast, 0.0), beta))
+    beta = fits[EXCHANGE]["beta_s_per_byte"]
+    fast, alpha = line(fits, EXCHANGE, fits[EXCHANGE])
+    return Links(intra, (alpha, beta), gamma, BURST, min(fast, beta))
 
 
-def train_alpha(fits, name, otherwise):
-    """alpha of pattern ``name``'s train in ``fits`` (measure.py's, any length), else ``otherwise``."""
-    trains = [f for key, f in fits.items() if key.startswith(f"{name}, train of ")]
-    return trains[0]["alpha_us"] * 1e-6 if trains else otherwise
+def line(fits, name, fallback):
+    """(s/byte, s) of a least-squares line through pattern ``name``'s train in ``fits`` (any
+    length), else through ``fallback``'s times up to half the burst; both kept >= 0."""
+    train = next((f for key, f in fits.items() if key.startswith(f"{name}, train of ")), None)
+    times = (train or fallback)["one_way_us"]
+    points = [(int(n), t * 1e-6) for n, t in times.items() if int(n) <= BURST // 2]
+    slope, intercept = np.polyfit(*zip(*points), 1)
+    return max(slope, 0.0), max(intercept, 0.0)
 
 
 def exchange_rounds(pairs, nbytes):
