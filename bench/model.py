@@ -11,6 +11,9 @@ and projected to large rank counts.
   every reducing schedule calls), best of several runs, 1-16 MiB.
 * Compare: every named algorithm's row of the given benchmark results at 64 KiB and more,
   measured p50 and min beside ``cost(p, n, alpha, beta, gamma)`` from its module, and the errors.
+* Testbed (``predict``, run by bench/net/model_check.py): each algorithm's own schedule walked
+  over a node map, with shared memory within a node, links shared by the messages of a step
+  and the links' token bucket (the comment above ``Links``).
 * Project: per collective, the algorithm of least predicted time and that time at 64 .. 4096
   ranks for two interconnects (100 Gbit/s with 1.5 us, 25 Gbit/s with 5 us; gamma stays this
   machine's), the sizes where the choice changes, beside MPICH's published thresholds.
@@ -201,3 +204,207 @@ def main(argv=None):
                os.path.dirname(os.path.abspath(args.out)))
     print(f"# wrote {args.out}")
     return 0
+
+
+# The testbed model: each algorithm's own schedule walked over a node map.
+#
+# The header formulas above are closed forms for a flat network.  On nodes, which messages
+# stay in shared memory and how many share a node's link depend on which rank talks to which
+# in each step, and that is exactly what the schedules hold as data (collectives.schedule).
+# So instead of a second formula per algorithm, the model builds every rank's schedule with
+# the same builders the executor runs, cuts it into rounds (a Sendrecv row, or Isend/Irecv rows
+# up to their Waitall), lines the rounds of all ranks up into levels (a message's send and
+# receive rounds are the same level; a rank's rounds follow each other) and sums the levels:
+#
+#   level time = max over ranks of (max over its messages of the message's time
+#                                   + gamma x bytes it combines or copies in that level)
+#   message time = intra-node alpha + (bytes the sender puts in shared memory this level)
+#                  x intra-node beta, on one node;
+#                = inter-node alpha + (bytes crossing the busier of the two links it uses,
+#                  the sender node's uplink and the receiver node's downlink, this level)
+#                  x inter-node beta, between nodes (tbf shapes each link in each direction);
+#                  the bytes a link's token bucket still holds (tbf's burst, refilled at the
+#                  link rate while the levels run) go at the fast beta instead.
+#
+# The node-aware all-reduces (collectives.node) are the same walk over the concatenated
+# schedules of their phases on the node and lane communicators, each phase the algorithm
+# ``auto`` picks there (registry.decide, check off), so concurrent lanes share the node links.
+
+class Links:
+    """Model parameters: (alpha s, beta s/byte) within a node and between nodes, gamma s/byte,
+    and the links' token bucket: ``burst`` bytes pass at ``fast`` s/byte instead of beta.
+
+    The testbed's tbf lets a burst through at the speed of the TCP stack and refills it at the
+    link rate (1/beta); every link starts full (measure.py leaves the links idle before each
+    sample).  burst 0 is a plain alpha-beta link.
+    """
+
+    def __init__(self, intra, inter, gamma, burst=0, fast=0.0):
+        self.intra, self.inter, self.gamma, self.burst, self.fast = intra, inter, gamma, burst, fast
+
+
+def rounds(steps, itemsize):
+    """A rank's schedule rows as rounds [sends, recvs, bytes combined or copied], sends and recvs
+    lists of (peer, bytes): a Sendrecv row is a round, so are Isend/Irecv rows up to their
+    Waitall; a combine or copy (one pass over memory each) counts to the round open or last
+    closed (a new round if there is none)."""
+    from collectives.schedule import COPY, IRECV, ISEND, NONE, REDUCE, SENDRECV, WAITALL
+
+    out, open_ = [], None
+    for kind, _, _, sc, dest, _, _, rc, source in steps.tolist():
+        if kind == SENDRECV:
+            out.append([[(dest, sc * itemsize)] if dest != NONE else [],
+                        [(source, rc * itemsize)] if source != NONE else [], 0])
+        elif kind in (ISEND, IRECV):
+            if open_ is None:
+                open_ = [[], [], 0]
+                out.append(open_)
+            if kind == ISEND:
+                open_[0].append((dest, sc * itemsize))
+            else:
+                open_[1].append((source, rc * itemsize))
+        elif kind == WAITALL:
+            open_ = None
+        elif kind in (REDUCE, COPY):
+            if open_ is None and not out:
+                out.append([[], [], 0])
+            (open_ or out[-1])[2] += sc * itemsize
+    return out
+
+
+def _phase(algo, members, args, itemsize):
+    """{global rank: rounds} of ``algo``'s schedule on the communicator of ranks ``members``."""
+    from collectives.registry import plan
+
+    out = {}
+    for sub, rank in enumerate(members):
+        steps = plan(algo.name, sub, len(members), *args)[0]
+        out[rank] = [[[(members[q], b) for q, b in sends], [(members[q], b) for q, b in recvs], red]
+                     for sends, recvs, red in rounds(steps, itemsize)]
+    return out
+
+
+def _auto(collective, size, count, nbytes, uniform=True):
+    from collectives.registry import decide
+
+    return decide(collective, "auto", size, count, nbytes, uniform)[0]
+
+
+def allreduce_rounds(name, nodes, k, count, itemsize=4):
+    """{rank: rounds} of all-reducing ``count`` elements with algorithm ``name`` (full name) on
+    ``nodes`` nodes of ``k`` ranks (rank = node x k + local index), out of place."""
+    from collectives.executor import plan_args
+    from collectives.registry import NODE_ALGORITHMS, select
+    from collectives.schedule import blocks
+
+    p, nbytes = nodes * k, count * itemsize
+    if name not in {a.name for a in NODE_ALGORITHMS["allreduce"]}:
+        algo = select("allreduce", name, p, count, nbytes)
+        if algo.name != name:
+            raise ValueError(f"{name} does not apply at {p} ranks")
+        return _phase(algo, list(range(p)), plan_args(algo, (count,), True), itemsize)
+    if nodes < 2 or k < 2:
+        raise ValueError(f"{name} is node-aware: it needs several nodes of several ranks, not {nodes}x{k}")
+    intra = [list(range(m * k, (m + 1) * k)) for m in range(nodes)]
+    lanes = [list(range(j, p, k)) for j in range(k)]
+    phases = []  # [(algo, groups, args, itemsize)], each phase on every group at once
+    if name == "allreduce_hierarchical":
+        counts = blocks(count, k)[0]
+        uniform = len(set(counts)) == 1
+        rs = _auto("reduce_scatter", k, count, nbytes, uniform)
+        phases.append((rs, intra, plan_args(rs, (counts, True), True), itemsize))
+        for c, lane in zip(counts, lanes):
+            ar = _auto("allreduce", nodes, c, c * itemsize)
+            phases.append((ar, [lane], plan_args(ar, (c,), False), itemsize))
+        ag = _auto("allgather", k, count, nbytes, uniform)
+        phases.append((ag, intra, (tuple(c * itemsize for c in counts),), 1))
+    else:  # allreduce_node_leader
+        red, ar = _auto("reduce", k, count, nbytes), _auto("allreduce", nodes, count, nbytes)
+        phases += [(red, intra, (count, 0), itemsize), (ar, lanes[:1], plan_args(ar, (count,), False), itemsize),
+                   (_auto("bcast", k, nbytes, nbytes), intra, (nbytes, 0), 1)]
+    out = {r: [] for r in range(p)}
+    for algo, groups, args, size in phases:
+        for group in groups:
+            for rank, rows in _phase(algo, group, args, size).items():
+                out[rank] += rows
+    return out
+
+
+def levels(ranks):
+    """Level of each round of ``ranks`` ({rank: rounds}): [[level per round] per rank], the
+    least that puts both ends of every message in one level and a rank's rounds in order."""
+    sent, received = {}, {}
+    for r, rows in ranks.items():
+        for i, (sends, recvs, _) in enumerate(rows):
+            for q, _ in sends:
+                sent.setdefault((r, q), []).append(i)
+            for q, _ in recvs:
+                received.setdefault((q, r), []).append(i)
+    if {k: len(v) for k, v in sent.items()} != {k: len(v) for k, v in received.items()}:
+        raise ValueError("the schedules' sends and receives do not match")
+    pairs = [((r, i), (q, j)) for (r, q), at in sent.items() for i, j in zip(at, received[(r, q)])]
+    level = {r: list(range(len(rows))) for r, rows in ranks.items()}
+    for _ in range(sum(len(rows) for rows in ranks.values()) + 1):
+        changed = False
+        for (r, i), (q, j) in pairs:
+            if level[r][i] != level[q][j]:
+                level[r][i] = level[q][j] = max(level[r][i], level[q][j])
+                changed = True
+        for row in level.values():
+            for i in range(1, len(row)):
+                if row[i] <= row[i - 1]:
+                    row[i] = row[i - 1] + 1
+                    changed = True
+        if not changed:
+            return level
+    raise ValueError("the schedules' rounds cannot be lined up (a wait cycle)")
+
+
+def walk(ranks, node_of, links):
+    """Predicted seconds of the rounds ``ranks`` ({rank: rounds}) with rank r on node
+    ``node_of[r]`` under ``links`` (the level sum of the comment above; a link's bytes within
+    its token bucket go at links.fast, the rest at the inter-node beta)."""
+    level = levels(ranks)
+    at_level = [[] for _ in range(1 + max((max(row) for row in level.values() if row), default=-1))]
+    for r, rows in ranks.items():
+        for i, row in enumerate(rows):
+            at_level[level[r][i]].append((r, row))
+    alpha, beta = links.inter
+    tokens = {}  # ("up" | "down", node) -> bytes left in its bucket
+    total = 0.0
+    for entries in at_level:
+        load = {}  # ("shm", rank) / ("up" | "down", node) -> bytes this level
+        for r, (sends, _, _) in entries:
+            for q, nbytes in sends:
+                for key in _uses(r, q, node_of):
+                    load[key] = load.get(key, 0) + nbytes
+        wire = {key: (links.intra[1] * n if key[0] == "shm" else
+                      max(n * links.fast, (n - tokens.setdefault(key, links.burst)) * beta))
+                for key, n in load.items()}
+        messages, local = {}, {}  # rank -> its slowest message, its bytes combined or copied
+        for r, (sends, _, nbytes) in entries:
+            local[r] = local.get(r, 0) + nbytes
+            for q, _ in sends:
+                keys = _uses(r, q, node_of)
+                t = (links.intra[0] if keys[0][0] == "shm" else alpha) + max(wire[key] for key in keys)
+                for end in (r, q):
+                    messages[end] = max(messages.get(end, 0), t)
+        took = max((messages.get(r, 0) + links.gamma * local.get(r, 0) for r in messages.keys() | local.keys()),
+                   default=0)
+        for key in tokens:
+            tokens[key] = min(links.burst, tokens[key] - load.get(key, 0) + took / beta)
+        total += took
+    return total
+
+
+def _uses(r, q, node_of):
+    """What a message from rank r to rank q loads: the sender's shared memory on one node, else
+    the sender node's uplink and the receiver node's downlink."""
+    x, y = node_of[r], node_of[q]
+    return [("shm", r)] if x == y else [("up", x), ("down", y)]
+
+
+def predict(name, nodes, k, nbytes, links, itemsize=4):
+    """Predicted seconds of all-reduce algorithm ``name`` over ``nbytes`` on ``nodes`` x ``k``."""
+    ranks = allreduce_rounds(name, nodes, k, nbytes // itemsize, itemsize)
+    return walk(ranks, [r // k for r in range(nodes * k)], links)

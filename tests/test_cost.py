@@ -76,3 +76,80 @@ def test_model_fits_alpha_and_beta_from_a_ping_pong():
     (n, best, us), = model.project("allreduce", 1024, 1.5e-6, 8 / 100e9, 1 / 40e9, [1 << 26])
     costs = {a.name: _module(a.name).cost(1024, 1 << 26, 1.5e-6, 8 / 100e9, 1 / 40e9) for a in ALGORITHMS["allreduce"]}
     assert best == min(costs, key=costs.get) and us == pytest.approx(costs[best] * 1e6)
+
+
+# The testbed model (bench/model.py): schedules walked over a node map, against hand-computed
+# times.  Intra-node (a, b) and inter-node (IA, IB) differ, so a wrong link type shows.
+a, b, IA, IB = 20e-6, 0.1e-9, 40e-6, 8e-9
+
+
+def _links(gamma=G, burst=0, fast=0.0):
+    from bench.model import Links
+
+    return Links((a, b), (IA, IB), gamma, burst, fast)
+
+
+def test_ring_on_two_nodes_of_two_by_hand():
+    from bench.model import predict
+
+    n = 1 << 20
+    # 0 -> 1 and 2 -> 3 stay on a node, 1 -> 2 and 3 -> 0 cross a link each way, one message
+    # per link per step: 6 steps of n/4 on the wire, the first 3 combining n/4.
+    assert predict("allreduce_ring", 2, 2, n, _links()) == pytest.approx(6 * (IA + n / 4 * IB) + 3 * n / 4 * G)
+
+
+def test_recursive_doubling_on_two_nodes_of_two_shares_the_link():
+    from bench.model import predict
+
+    n = 1 << 20
+    # Distance 1 stays on the node; at distance 2 both ranks of a node cross its link at once,
+    # and the ranks whose result ends in scratch copy it to ACC.
+    expected = (a + n * b + n * G) + (IA + 2 * n * IB + 2 * n * G)
+    assert predict("allreduce_recursive_doubling", 2, 2, n, _links()) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("name", ["allreduce_ring", "allreduce_recursive_doubling", "allreduce_rabenseifner"])
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_one_rank_per_node_is_the_header_cost(name, p):
+    from bench.model import predict
+
+    n = 3 << 20  # divisible by every block count here
+    # The header leaves out recursive doubling's final copy out of scratch (one more pass).
+    copy = n * G if name == "allreduce_recursive_doubling" else 0
+    assert predict(name, p, 1, n, _links()) == pytest.approx(_module(name).cost(p, n, IA, IB, G) + copy)
+
+
+@pytest.mark.parametrize("name", ["allreduce_hierarchical", "allreduce_node_leader"])
+def test_node_aware_lanes_share_the_link(name):
+    from bench.model import Links, predict
+
+    n = 1 << 22
+    # Free shared memory and start-ups: only the bytes each node's link carries remain, n
+    # either way (hierarchical's two lanes carry n/2 each at once; the one leader carries n).
+    links = Links((0.0, 0.0), (0.0, IB), 0.0)
+    assert predict(name, 2, 2, n, links) == pytest.approx(n * IB)
+    with pytest.raises(ValueError, match="several nodes of several ranks"):
+        predict(name, 4, 1, n, links)
+
+
+def test_token_bucket_by_hand():
+    from bench.model import walk
+
+    burst, fast, n = 256 << 10, 1e-9, 1 << 20
+    two = {0: [[[(1, n)], [(1, n)], 0]] * 2, 1: [[[(0, n)], [(0, n)], 0]] * 2}
+    # First exchange: the burst goes at once, the rest at the rate: IA + (n - burst) IB; the
+    # bucket then holds what the rate refilled in IA alone, so the second pays n IB - IA.
+    expected = IA + (n - burst) * IB + n * IB
+    assert walk(two, [0, 1], _links(0.0, burst, fast)) == pytest.approx(expected)
+    small = {0: [[[(1, 4096)], [(1, 4096)], 0]], 1: [[[(0, 4096)], [(0, 4096)], 0]]}
+    assert walk(small, [0, 1], _links(0.0, burst, fast)) == pytest.approx(IA + 4096 * fast)
+
+
+def test_unmatched_schedules_are_refused():
+    from bench.model import walk
+
+    with pytest.raises(ValueError, match="do not match"):
+        walk({0: [[[(1, 8)], [], 0]], 1: [[[], [], 0]]}, [0, 1], _links())
+    cycle = {0: [[[], [(1, 8)], 0], [[(1, 8)], [], 0]], 1: [[[], [(0, 8)], 0], [[(0, 8)], [], 0]]}
+    with pytest.raises(ValueError, match="wait cycle"):
+        walk(cycle, [0, 1], _links())

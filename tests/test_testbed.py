@@ -95,3 +95,24 @@ def test_failed_run_tears_down():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "2 node(s) up" in out.stdout, out
     assert namespaces() == []
+
+
+def test_model_check_reads_the_fits():
+    import model_check
+
+    alpha, fast, beta = 40e-6, 1e-9, 8.4e-9
+    times = {str(n): (alpha + n * fast) * 1e6 for n in measure.PINGPONG_SIZES if n <= model_check.BURST // 2}
+    result = {"links": {model_check.EXCHANGE: {"alpha_us": 99.0, "beta_s_per_byte": beta, "one_way_us": times},
+                        model_check.INTRA: {"beta_s_per_byte": 1e-10, "one_way_us": {"8": 20.0, "4096": 20.0}}}}
+    links = model_check.links_of(result, 3e-10)
+    assert links.inter == pytest.approx((alpha, beta)) and links.fast == pytest.approx(fast)
+    assert links.intra == pytest.approx((20e-6, 1e-10)) and links.gamma == 3e-10
+    assert links.burst == model_check.BURST
+    # A train (back to back, as a schedule's steps) wins over the single exchanges.
+    train = {str(n): (25e-6 + n * 2e-9) * 1e6 for n in measure.TRAIN_SIZES}
+    result["links"][f"{model_check.EXCHANGE}, train of 16"] = {"one_way_us": train}
+    links = model_check.links_of(result, 3e-10)
+    assert links.inter == pytest.approx((25e-6, beta)) and links.fast == pytest.approx(2e-9)
+    # tc's "256kb" is KiB: the constant is that burst as TCP payload.
+    with open(TESTBED) as f:
+        assert "burst 256kb" in f.read()

@@ -5,8 +5,8 @@
 # build 4 nodes, check the wire (16 MiB Allreduce on 2 nodes x 1 rank beside 1 node x 2 ranks),
 # then run bench/net/measure.py on each LAYOUT (NODESxK: K ranks on each of NODES nodes;
 # default "2x2 4x1"): the node layout MPI sees, ping-pong alpha/beta per link type, and
-# native Allreduce beside ours; then model_check.py, each algorithm's cost model with that
-# alpha/beta beside the measured times.  Results: bench/results/net_<rate>_<layout>.json.
+# native Allreduce beside ours; then model_check.py, the cost model (each algorithm's schedule
+# walked over the node map, with those fits) beside the measured times.  Results: bench/results/net_<rate>_<layout>.json.
 # Everything is torn down on exit, failure included.
 #
 # `bench_net.sh train` (make bench-net-train) instead trains on 2 nodes x 2 ranks at each RATE

@@ -7,13 +7,24 @@ Run by bench/net/bench_net.sh on the emulated cluster (testbed.sh); it also runs
 
 1. Layout: ``Split_type(COMM_TYPE_SHARED)`` per host; the launch fails unless every host holds
    the same number of ranks and the groups match the host names MPI reports.
-2. Ping-pong (rank 0 with the first other rank on its node, and with the first rank on another
-   node): half the round trip for 8 B .. 8 MiB, fitted to alpha + beta * bytes (see fit).
-3. Allreduce of float32 at 64 KiB, 1 MiB, 16 MiB: native ``Allreduce``, our default
-   ``collectives.Comm(comm)`` and a few algorithms forced by name (check off), interleaved:
+2. Link fits (see link_fits), each of 8 B .. 8 MiB fitted to alpha + beta * bytes (see fit):
+   a ping-pong (half the round trip) of rank 0 with the first other rank on its node and with
+   the first rank on another node; an exchange (Sendrecv both ways at once, the step every
+   all-reduce schedule takes) with that rank on another node; and, with several ranks per
+   node, every rank of node 0 exchanging at once with its counterpart on node 1, so k
+   messages share each direction of the two nodes' links (the cost model's sharing term);
+   with several ranks per node, the first two ranks of every node exchanging at once in
+   shared memory (as the node-aware phases do, all nodes at once on the shared cores).
+   Each exchange also as a train of TRAIN back to back at up to 8 KiB, for the start-up and
+   the in-burst time per byte of a schedule's steps (no Barrier skew between them).
+   gamma: the float32 sum kernel on every rank at once (see kernel_gamma).
+3. Allreduce of float32 at 64 KiB, 1 MiB, 4 MiB, 16 MiB: native ``Allreduce``, our default
+   ``collectives.Comm(comm)`` and a few algorithms forced by name (check off; the node-aware
+   ones only where they apply: several nodes, several ranks per node), interleaved:
    each repetition times every contender once in an order rotated by one per repetition, and
-   a sample is the slowest rank's time after a Barrier.  Each contender's result is checked
-   once against the exact sum (inputs are multiples of 2**-10, so every order sums exactly).
+   a sample is the slowest rank's time after an idle GAP and a Barrier.  Each contender's
+   result is checked once against the exact sum (inputs are multiples of 2**-10, so every
+   order sums exactly).
 
 Prints the tables on rank 0 and writes bench/results/net_<label>.json.
 """
@@ -32,8 +43,21 @@ import collectives  # noqa: E402  (the repository root is put on sys.path just a
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 ALGORITHMS = ("ring", "ring_segmented", "recursive_doubling", "rabenseifner")
-SIZES = (64 << 10, 1 << 20, 16 << 20)
-PINGPONG_SIZES = (8, 64, 512, 4096, 32 << 10, 256 << 10, 2 << 20, 8 << 20)
+NODE_ALGORITHMS = ("hierarchical", "node_leader")
+SIZES = (64 << 10, 1 << 20, 4 << 20, 16 << 20)
+PINGPONG_SIZES = (8, 64, 512, 4096, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20, 2 << 20, 8 << 20)
+# Seconds the links stay idle before each timed sample: tbf refills its 256 KiB burst in 2.1 ms
+# at 1 Gbit/s, so every sample starts with full buckets instead of what the one before left.
+GAP = 0.005
+TRAIN, TRAIN_SIZES = 16, (8, 512, 4096, 8192)  # 16 x 8 KiB stays within the burst
+
+
+def idle(seconds):
+    """Wait ``seconds`` on the CPU: a sleeping rank gives its core away, and on a loaded machine
+    getting it back took milliseconds (64 KiB all-reduces went from 0.5 to 5-11 ms)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 
 def layout(comm):
@@ -52,22 +76,33 @@ def layout(comm):
             "hosts": {h: [r for r, _ in m] for h, m in sorted(hosts.items())}}
 
 
-def pingpong(comm, peer, reps):
-    """Half round-trip seconds per size between rank 0 and ``peer`` (median of ``reps``)."""
+def pingpong(comm, pairs, reps, both=False, sizes=PINGPONG_SIZES, train=1):
+    """Half round-trip seconds per size, median of ``reps``, between each pair (a, b) of
+    ``pairs`` at once (rank 0 is a first ``a``); ``both``: each side sends and receives at once
+    (Sendrecv) instead of a sending first, and the time is one exchange, not half of two;
+    ``train``: that many back to back per sample, the time divided by it."""
+    role = {a: b for a, b in pairs} | {b: a for a, b in pairs}
     out = {}
-    for nbytes in PINGPONG_SIZES:
-        buf = np.zeros(nbytes, np.uint8)
+    for nbytes in sizes:
+        buf, other = np.zeros(nbytes, np.uint8), np.zeros(nbytes, np.uint8)
         samples = []
         for _ in range(reps + 2):
+            idle(GAP)
             comm.Barrier()
             start = time.perf_counter()
-            if comm.rank == 0:
-                comm.Send(buf, peer)
-                comm.Recv(buf, peer)
-            elif comm.rank == peer:
-                comm.Recv(buf, 0)
-                comm.Send(buf, 0)
-            samples.append((time.perf_counter() - start) / 2)
+            peer = role.get(comm.rank)
+            for _ in range(train):
+                if peer is not None and both:
+                    comm.Sendrecv(buf, peer, recvbuf=other, source=peer)
+                elif peer is not None and comm.rank < peer:
+                    comm.Send(buf, peer)
+                    comm.Recv(buf, peer)
+                elif peer is not None:
+                    comm.Recv(buf, peer)
+                    comm.Send(buf, peer)
+            # The slowest pair's time: pairs at once share links.
+            elapsed = (time.perf_counter() - start) / (train if both else 2 * train)
+            samples.append(comm.allreduce(elapsed, MPI.MAX))
         out[nbytes] = float(np.median(samples[2:]))
     return out
 
@@ -82,21 +117,48 @@ def fit(times):
 
 
 def link_fits(comm, info, reps):
-    """alpha/beta for the intra-node and inter-node pairs that exist in this layout."""
+    """alpha/beta of each pattern that exists in this layout (module docstring, point 2)."""
     hosts = list(info["hosts"].values())
-    pairs = {}
+    patterns = {}
     if len(hosts[0]) > 1:
-        pairs["intra-node (shared memory)"] = hosts[0][1]
+        patterns["intra-node (shared memory)"] = ([(0, hosts[0][1])], False)
+        patterns["intra-node exchange, every node at once"] = ([tuple(h[:2]) for h in hosts], True)
     if len(hosts) > 1:
-        pairs["inter-node (shaped link)"] = hosts[1][0]
+        patterns["inter-node (shaped link)"] = ([(0, hosts[1][0])], False)
+        patterns["inter-node exchange"] = ([(0, hosts[1][0])], True)
+        if len(hosts[0]) > 1:
+            patterns[f"inter-node exchange, {len(hosts[0])} pairs on one link"] = (
+                list(zip(hosts[0], hosts[1])), True)
+    # Each exchange again at small sizes as a train: a schedule's steps follow each other with
+    # no Barrier between, so their start-up is the train's, without the Barrier's skew.
+    runs = [(name, pairs, both, PINGPONG_SIZES, 1) for name, (pairs, both) in patterns.items()]
+    runs += [(f"{name}, train of {TRAIN}", pairs, both, TRAIN_SIZES, TRAIN)
+             for name, (pairs, both) in patterns.items() if both]
     out = {}
-    for name, peer in pairs.items():
-        times = pingpong(comm, peer, reps)
+    for name, pairs, both, sizes, train in runs:
+        times = pingpong(comm, pairs, reps, both, sizes, train)
         alpha, beta = fit(times)
-        out[name] = {"peer": peer, "alpha_us": alpha * 1e6, "beta_s_per_byte": beta,
+        out[name] = {"pairs": pairs, "alpha_us": alpha * 1e6, "beta_s_per_byte": beta,
                      "bandwidth_gbit_s": 8e-9 / beta if beta > 0 else float("inf"),
-                     "half_round_trip_us": {str(k): v * 1e6 for k, v in times.items()}}
+                     "one_way_us": {str(k): v * 1e6 for k, v in times.items()}}
     return out
+
+
+def kernel_gamma(comm, reps=5):
+    """Seconds per byte of the float32 sum kernel (the combine every schedule calls) run on
+    every rank at once, as in an all-reduce's steps: the slowest rank's median at 16 MiB, where
+    the operands do not stay in cache and the ranks share the cores and memory bandwidth."""
+    from collectives import kernels
+    from collectives.ops import OP_CODE, dtype_code
+
+    dst, src = np.ones(4 << 20, np.float32), np.ones(4 << 20, np.float32)
+    samples = []
+    for _ in range(reps):
+        comm.Barrier()
+        start = time.perf_counter()
+        kernels.reduce_into(dst, src, dtype_code(np.float32), OP_CODE["sum"])
+        samples.append(comm.allreduce(time.perf_counter() - start, MPI.MAX))
+    return float(np.median(samples)) / dst.nbytes
 
 
 def exact_input(comm, count):
@@ -111,7 +173,9 @@ def contenders(comm):
     ours = collectives.Comm(comm, check=False)
     default = collectives.Comm(comm)
     out = {"native": comm.Allreduce, "ours default": default.Allreduce}
-    for name in ALGORITHMS:
+    info = layout(comm)
+    node_aware = NODE_ALGORITHMS if info["nodes"] > 1 and info["ranks_per_node"] > 1 else ()
+    for name in ALGORITHMS + node_aware:
         out[name] = lambda s, r, name=name: ours.Allreduce(s, r, algorithm=name)
     return out
 
@@ -136,6 +200,7 @@ def allreduce(comm, budget):
         while rep < 3 or (rep < 200 and comm.bcast(time.perf_counter() < deadline)):
             for i in range(len(names)):
                 name = names[(i + rep) % len(names)]
+                idle(GAP)
                 comm.Barrier()
                 start = time.perf_counter()
                 calls[name](send, recv)
@@ -149,8 +214,10 @@ def report(info, fits, medians):
     """The tables, as text."""
     lines = [f"layout: {info['nodes']} node(s) x {info['ranks_per_node']} rank(s): {info['hosts']}"]
     for name, f in fits.items():
-        lines.append(f"ping-pong {name}: alpha {f['alpha_us']:.1f} us, "
-                     f"beta {f['beta_s_per_byte'] * 1e9:.3f} ns/B ({f['bandwidth_gbit_s']:.2f} Gbit/s)")
+        # A train's sizes are all small: its slope is no bandwidth.
+        rate = "" if ", train of " in name else (f", beta {f['beta_s_per_byte'] * 1e9:.3f} ns/B "
+                                                  f"({f['bandwidth_gbit_s']:.2f} Gbit/s)")
+        lines.append(f"ping-pong {name}: alpha {f['alpha_us']:.1f} us{rate}")
     names = list(next(iter(medians.values())))
     lines.append("Allreduce float32, median ms (native / contender)")
     lines.append(f"{'':>20}" + "".join(f"{n // 1024:>14} KiB" for n in medians))
@@ -174,12 +241,18 @@ def main():
         if comm.rank == 0:
             print(json.dumps(info), flush=True)
         return
+    load = [os.getloadavg()[0]]
     fits = link_fits(comm, info, args.pingpong_reps)
+    gamma = kernel_gamma(comm)
     medians = allreduce(comm, args.budget)
+    load.append(os.getloadavg()[0])
     if comm.rank == 0:
         print(report(info, fits, medians), flush=True)
+        print(f"load average (1 min) before / after: {load[0]:.2f} / {load[1]:.2f} on {os.cpu_count()} cores")
         os.makedirs(RESULTS, exist_ok=True)
-        result = {"label": args.label, "layout": info, "links": fits,
+        print(f"gamma (float32 sum on every rank at once, 16 MiB): {gamma * 1e9:.3f} ns/B", flush=True)
+        result = {"label": args.label, "layout": info, "links": fits, "gamma_s_per_byte": gamma,
+                  "load_average_1min": load,
                   "allreduce_median_s": {str(k): v for k, v in medians.items()},
                   "environment": {k: v for k, v in os.environ.items()
                                   if k.startswith(("MPIR_CVAR", "FI_", "TESTBED_"))}}

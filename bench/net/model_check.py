@@ -1,21 +1,78 @@
-"""The cost model against the testbed: each algorithm's ``cost()`` beside what measure.py timed.
+"""The testbed-aware cost model beside what measure.py timed.
 
     python bench/net/model_check.py bench/results/net_1gbit_2x2.json
 
-Run by bench_net.sh on the host after each measure.py launch.  alpha and beta are measure.py's
-ping-pong fit across the shaped link (the inter-node pair; the intra-node pair on one node);
-gamma is the float32 sum kernel timed here (bench/model.py's fit_gamma).  The model is flat:
-every message pays the inter-node alpha and beta, so it ignores that some steps stay on a node
-(shared memory) and that two ranks of a node share its link.  Prints, per algorithm and size
-of 64 KiB and more, predicted and measured median ms and the error (predicted / measured - 1),
-and adds them to the JSON file as "model".
+Run by bench_net.sh on the host after each measure.py launch.  Each algorithm's time is
+bench/model.py's ``predict``: its own schedule walked over the node map, so steps within a
+node pay the shared-memory alpha and beta and the messages of one step that leave or enter a
+node share that node's link, through tbf's token bucket.  Parameters, from the file:
+
+* inter-node beta: measure.py's exchange across the shaped link (Sendrecv both ways at once,
+  the step every schedule takes), from its two largest sizes, beyond the burst;
+* inter-node alpha and the fast beta within the burst: a least-squares line through the
+  exchange's train (back to back up to 8 KiB, as a schedule's steps run, no Barrier skew;
+  older files: through the single exchanges up to half the burst), the slope kept within
+  0 .. beta;
+* intra-node alpha and beta: measure.py's exchange in shared memory on every node at once
+  (the node-aware phases run so, all ranks on the shared cores; older files: the ping-pong;
+  none on 1-rank nodes), alpha from its train if there is one;
+* the burst: testbed.sh's ``tbf ... burst 256kb`` in payload bytes;
+* gamma: measure.py's float32 sum kernel on every rank at once (bench/model.py's fit_gamma,
+  one process here, for older files without it).
+
+Prints, per algorithm and size of 64 KiB and more, predicted and measured median ms and the
+error (predicted / measured - 1), then the model's time for measure.py's concurrent exchanges
+(k pairs across one link) beside the measurement, the check of the sharing term; adds the
+rows to the JSON file as "model".
 """
 import json
 import os
+import statistics
 import sys
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from bench.model import LARGE, cost_of, fit_gamma  # noqa: E402  (the repository root is put on sys.path just above)
+from bench.model import LARGE, Links, fit_gamma, predict, walk  # noqa: E402  (the repository root is put on sys.path just above)
+
+# testbed.sh's tbf burst (256kb: KiB in tc's units) as TCP payload: a 1500-byte MTU frame of
+# 1514 bytes on the wire carries 1448 bytes (timestamps on).
+BURST = (256 << 10) * 1448 // 1514
+EXCHANGE = "inter-node exchange"
+SHARED = "inter-node exchange, {k} pairs on one link"
+INTRA = "intra-node exchange, every node at once"
+PINGPONG = "intra-node (shared memory)"  # older files' only intra-node fit
+
+
+def links_of(result, gamma):
+    """Links from measure.py's fits in ``result`` (the module docstring)."""
+    fits = result["links"]
+    own = fits.get(INTRA) or fits.get(PINGPONG)
+    intra = (line(fits, INTRA, own)[1], own["beta_s_per_byte"]) if own else (0.0, 0.0)
+    if EXCHANGE not in fits:
+        return Links(intra, intra, gamma)
+    beta = fits[EXCHANGE]["beta_s_per_byte"]
+    fast, alpha = line(fits, EXCHANGE, fits[EXCHANGE])
+    return Links(intra, (alpha, beta), gamma, BURST, min(fast, beta))
+
+
+def line(fits, name, fallback):
+    """(s/byte, s) of a least-squares line through pattern ``name``'s train in ``fits`` (any
+    length), else through ``fallback``'s times up to half the burst; both kept >= 0."""
+    train = next((f for key, f in fits.items() if key.startswith(f"{name}, train of ")), None)
+    times = (train or fallback)["one_way_us"]
+    points = [(int(n), t * 1e-6) for n, t in times.items() if int(n) <= BURST // 2]
+    slope, intercept = np.polyfit(*zip(*points), 1)
+    return max(slope, 0.0), max(intercept, 0.0)
+
+
+def exchange_rounds(pairs, nbytes):
+    """{rank: rounds} of one Sendrecv of ``nbytes`` each way between each pair of ranks."""
+    out = {}
+    for a, b in pairs:
+        out[a] = [[[(b, nbytes)], [(b, nbytes)], 0]]
+        out[b] = [[[(a, nbytes)], [(a, nbytes)], 0]]
+    return out
 
 
 def main():
@@ -25,10 +82,8 @@ def main():
     path = sys.argv[1]
     with open(path) as f:
         result = json.load(f)
-    links = result["links"]
-    link = links.get("inter-node (shaped link)") or links["intra-node (shared memory)"]
-    alpha, beta, gamma = link["alpha_us"] * 1e-6, link["beta_s_per_byte"], fit_gamma()
-    p = result["layout"]["nodes"] * result["layout"]["ranks_per_node"]
+    nodes, k = result["layout"]["nodes"], result["layout"]["ranks_per_node"]
+    links = links_of(result, result["gamma_s_per_byte"] if "gamma_s_per_byte" in result else fit_gamma())
     rows = []
     for size, medians in result["allreduce_median_s"].items():
         nbytes = int(size)
@@ -37,16 +92,31 @@ def main():
         for name, measured in medians.items():
             if name.startswith(("native", "ours")):
                 continue
-            predicted = cost_of(f"allreduce_{name}")(p, nbytes, alpha, beta, gamma)
+            predicted = predict(f"allreduce_{name}", nodes, k, nbytes, links)
             rows.append(dict(algorithm=name, bytes=nbytes, predicted_s=predicted, measured_s=measured,
                              error=predicted / measured - 1))
-    print(f"model ({result['label']}, p={p}): alpha {alpha * 1e6:.1f} us, beta {beta * 1e9:.3f} ns/B, "
-          f"gamma {gamma * 1e9:.3f} ns/B (flat: every message at the link's alpha and beta)")
+    (a, b), (big_a, big_b) = links.intra, links.inter
+    print(f"model ({result['label']}, {nodes} nodes x {k}): intra alpha {a * 1e6:.1f} us beta {b * 1e9:.3f} ns/B; "
+          f"inter alpha {big_a * 1e6:.1f} us beta {big_b * 1e9:.3f} ns/B, burst {links.burst} B at "
+          f"{links.fast * 1e9:.3f} ns/B; gamma {links.gamma * 1e9:.3f} ns/B")
     print("| algorithm | size | predicted ms | measured ms | error |\n|---|---:|---:|---:|---:|")
     for r in rows:
         print(f"| allreduce_{r['algorithm']} | {r['bytes'] >> 10} KiB | {r['predicted_s'] * 1e3:.2f} | "
               f"{r['measured_s'] * 1e3:.2f} | {r['error']:+.0%} |")
-    result["model"] = dict(alpha_s=alpha, beta_s_per_byte=beta, gamma_s_per_byte=gamma, rows=rows)
+    if rows:
+        errors = [abs(r["error"]) for r in rows]
+        print(f"median |error| {statistics.median(errors):.0%}, {sum(e <= 0.25 for e in errors)} of "
+              f"{len(errors)} within 25%, worst {max(errors):.0%}")
+    shared = result["links"].get(SHARED.format(k=k))
+    if shared:
+        node_of = {r: i for i, host in enumerate(result["layout"]["hosts"].values()) for r in host}
+        print(f"sharing check, {k} exchanges at once across one link: size, predicted / measured ms")
+        for n, t in shared["one_way_us"].items():
+            if int(n) >= LARGE:
+                model = walk(exchange_rounds(shared["pairs"], int(n)), node_of, links)
+                print(f"  {int(n) >> 10} KiB: {model * 1e3:.2f} / {t * 1e-3:.2f} ({model / (t * 1e-6) - 1:+.0%})")
+    result["model"] = dict(intra=links.intra, inter=links.inter, gamma_s_per_byte=links.gamma, burst=links.burst,
+                           fast_s_per_byte=links.fast, rows=rows)
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
 

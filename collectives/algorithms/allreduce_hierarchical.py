@@ -21,6 +21,8 @@ of n/k elements over m nodes by ring, 2 (m-1) A + 2 (m-1)/m (n/k) B + (m-1)/m (n
 import numpy as np
 from mpi4py import MPI
 
+from ..schedule import blocks
+
 
 def cost(p, n, alpha, beta, gamma, k=None, inter=None):
     """The header's Cost for p ranks (k per node, default all on one) and n bytes; ``inter``
@@ -33,9 +35,9 @@ def cost(p, n, alpha, beta, gamma, k=None, inter=None):
 
 def allreduce_hierarchical(nodes, send, recv, op):
     """All-reduce ``send`` (None: in place) into ``recv`` over the node structure ``nodes``."""
-    k = nodes.intra.size
-    counts = [len(b) for b in np.array_split(np.arange(recv.size), k)]
-    displs = np.cumsum([0] + counts[:-1]).tolist()
+    # blocks() splits as np.array_split would, without the index array (32 MiB of int64 at
+    # 16 MiB of float32, 13-25 ms a call on the testbed's loaded cores).
+    counts, displs = blocks(recv.size, nodes.intra.size)
     mine = recv[displs[nodes.local]:displs[nodes.local] + counts[nodes.local]]
     block = np.empty_like(mine)
     nodes.intra.Reduce_scatter(recv if send is None else send, block, counts, op=op)
