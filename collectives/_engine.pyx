@@ -885,12 +885,13 @@ cdef bint ints(object seq, Py_ssize_t p, Py_ssize_t *out) except -1:
 cdef int vector_spec(object spec, bint writable, Py_ssize_t p, Py_ssize_t *counts,
                      Py_ssize_t *displs, Arg *out, Py_buffer *view, int *nheld) except -1:
     """A v-variant's ``[buf, (counts, displs), datatype]`` (or ``[buf, counts, datatype]``,
-    ``[buf, counts, displs, datatype]``; no displacements: blocks in rank order) as the whole
-    buffer in ``out`` and ``p`` counts and displacements in elements; 0 for the general path,
-    which then says what is wrong with it."""
+    ``[buf, counts, displs, datatype]``, and without the datatype, taken from the buffer as
+    mpi4py does: ``[buf, (counts, displs)]``, ``[buf, counts]``; no displacements: blocks in
+    rank order) as the whole buffer in ``out`` and ``p`` counts and displacements in elements;
+    0 for the general path, which then says what is wrong with it."""
     cdef object cnt, dis = None
     cdef Py_ssize_t i, at = 0
-    if (type(spec) is not list and type(spec) is not tuple) or not 3 <= len(spec) <= 4:
+    if (type(spec) is not list and type(spec) is not tuple) or not 2 <= len(spec) <= 4:
         return 0
     cnt = spec[1]
     if len(spec) == 4:
@@ -905,7 +906,8 @@ cdef int vector_spec(object spec, bint writable, Py_ssize_t p, Py_ssize_t *count
             at += counts[i]
     elif not ints(dis, p, displs):
         return 0
-    if not resolve((spec[0], spec[len(spec) - 1]), writable, 1, False, out, view, nheld):
+    if not resolve(spec[0] if len(spec) == 2 else (spec[0], spec[len(spec) - 1]), writable, 1, False,
+                   out, view, nheld):
         return 0
     for i in range(p):
         if counts[i] < 0 or displs[i] < 0 or displs[i] + counts[i] > out.count:

@@ -222,13 +222,15 @@ LAYOUTS = {
 
 
 def vector_spec(buf, counts, displs, form):
-    """The v-variant buffer spec in one of mpi4py's forms."""
+    """The v-variant buffer spec in one of mpi4py's forms (form 2: no datatype, the buffer's)."""
+    if form == 2:
+        return [buf, counts if displs is None else (counts, displs)]
     if displs is None:
         return [buf, counts, MPI.INT] if form == 0 else [buf, (counts, None), MPI.INT]
     return [buf, (counts, displs), MPI.INT] if form == 0 else [buf, counts, displs, MPI.INT]
 
 
-@pytest.mark.parametrize("form", [0, 1])
+@pytest.mark.parametrize("form", [0, 1, 2])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_vector_variants_take_the_fast_path(comm, mpi_comm, layout, form):
     """Allgatherv, Gatherv and Scatterv with per-rank counts and displacements, against native."""
