@@ -33,6 +33,10 @@ except ImportError:
     _native_execute = None
 
 NATIVE = _native_execute is not None and not kernels.PUREPYTHON
+# The all-reduce's first step beside the checked exchange (``leading``) is verified on MPICH
+# only: under Open MPI 5.0 a mismatch after an overlapped first step crashed the next call
+# (tests/test_check_overlap.py), so there the exchange runs before the schedule.
+OVERLAP = MPI.Get_library_version().startswith("MPICH")
 
 # One tag per collective on the private communicator.
 TAG = {name: SCHEDULE_TAG + i for i, name in enumerate(ALGORITHMS)}
@@ -134,7 +138,7 @@ def plan_fast(comm, collective, algorithm, count, nbytes, uniform, args, op=None
     lead, copied = 0, False
     # Fast.allreduce alone overlaps the checked exchange, above the fused sizes whose exchange
     # is the whole collective.
-    if collective == "allreduce" and nbytes > FUSED_BYTES:
+    if OVERLAP and collective == "allreduce" and nbytes > FUSED_BYTES:
         steps, lead, copied = leading(steps, apart, 0 if algo.reads_in or not apart else count)
     return (steps, tmp_count, nreq, algo.reads_in or copied, algo.name, index, -1, lead)
 
