@@ -151,8 +151,9 @@ def disagreement(collective, keys, lo, hi):
     bad = [f"{k} ranges {lo[i]}..{hi[i]}" for i, k in enumerate(keys) if lo[i] != hi[i]]
     if lo[0] == hi[0] and lo[1] != hi[1]:
         known = choices(collective)
-        bad[0] += (f" ({known[lo[1]]}..{known[hi[1]]}; 'native' is MPI's own call, "
-                   "taken for arguments no algorithm covers)")
+        native = ("; 'native' is MPI's own call, taken for arguments no algorithm covers"
+                  if known[hi[1]] == "native" else "")
+        bad[0] += f" ({known[lo[1]]}..{known[hi[1]]}{native})"
     if not bad:
         return None
     return f"{collective}: arguments differ across ranks: " + ", ".join(bad)

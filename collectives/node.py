@@ -82,9 +82,13 @@ class Nodes:
 
 
 def _flat(Comm, made, parent):
-    """A Comm over ``made`` that owns it and never looks for nodes itself."""
+    """A Comm over ``made`` that owns it and never looks for nodes itself.
+
+    Unchecked: only the node-aware all-reduces call it, after the parent's agreement on the
+    algorithm, count, dtype and op, from which every phase's arguments follow on every rank
+    (a check per phase would add a round trip per phase, one of them between nodes)."""
     sub = Comm(made, algorithms={k: v for k, v in parent.algorithms.items() if k != "allreduce"},
-               check=parent.check, timeout=parent.timeout, on_timeout=parent.on_timeout, _nodes=FLAT)
+               check=False, timeout=parent.timeout, on_timeout=parent.on_timeout, _nodes=FLAT)
     made.Free()
     return sub
 
@@ -113,12 +117,12 @@ def allreduce(comm, sendbuf, recvbuf, op, algorithm):
     from .ops import check_op
     from .registry import env_choice, may_be_node_aware, resolve_name, select_node
 
-    requested = resolve_name("allreduce", algorithm)
-    if requested == "auto":
-        requested = comm.algorithms.get("allreduce") or env_choice("allreduce")
-    if not may_be_node_aware(requested):
-        return False
     try:
+        requested = resolve_name("allreduce", algorithm)
+        if requested == "auto":
+            requested = comm.algorithms.get("allreduce") or env_choice("allreduce")
+        if comm._nodes is not None and not may_be_node_aware(requested):
+            return False
         recv, n, _ = parse(recvbuf, "recvbuf", writable=True)
         send = None if is_in_place(sendbuf) else parse(sendbuf, "sendbuf")[0]
         opc, dt = check_op(op, recv.dtype)
@@ -127,10 +131,19 @@ def allreduce(comm, sendbuf, recvbuf, op, algorithm):
     if n == 0 or (send is not None and (send.size != n or send.dtype != recv.dtype)):
         return False
     if comm._nodes is None:
+        # Every rank's first valid Allreduce on ``comm`` comes here, whatever its algorithm,
+        # so every rank joins the discovery's MPI collectives.  With the check on, the ranks
+        # first agree that they all are in this all-reduce (the algorithm is compared once it
+        # is chosen, below or on the flat path): a rank in another collective, whose exchange
+        # meets this one, then raises with them instead of leaving them in the discovery.
         # Collective on the private communicator: queued behind pending nonblocking calls.
-        run(comm, lambda: setattr(comm, "_nodes", discover(comm)))
+        def find():
+            if comm.check:
+                agree(comm, "allreduce", None, count=n, dtype=dt, op=opc)
+            comm._nodes = discover(comm)
+        run(comm, find)
     nodes = comm._nodes
-    if not nodes.multi:
+    if not nodes.multi or not may_be_node_aware(requested):
         return False
     algo = select_node("allreduce", requested, recv.nbytes, nodes.uniform)
     if algo is None:
@@ -140,8 +153,10 @@ def allreduce(comm, sendbuf, recvbuf, op, algorithm):
 
     def job():
         if comm.check:
-            # Ranks about to run different phases on different communicators would hang.
-            agree(comm, "allreduce", None, count=n, dtype=dt, op=opc, nbytes=recv.nbytes)
+            # Ranks about to run different phases on different communicators would hang: the
+            # algorithm is compared as well (against a flat one too, which another rank may
+            # run on the fast path), with the fields the flat all-reduce compares.
+            agree(comm, "allreduce", algo, count=n, dtype=dt, op=opc)
         algo.build(nodes, send, recv, op)
     comm.last_algorithm = algo.name
     run(comm, job)

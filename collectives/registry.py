@@ -195,9 +195,10 @@ def names(collective):
 
 def choices(collective):
     """The algorithm indices the cross-rank agreement uses: the table's names, the fused
-    form, then "native" (MPI's own call), last so that a range of indices below it holds
-    only algorithms that compare the same fields."""
-    return names(collective) + [FUSED[collective].name, "native"]
+    form, the node-aware algorithms, then "native" (MPI's own call), last so that a range of
+    indices below it holds only algorithms that compare the same fields."""
+    return (names(collective) + [FUSED[collective].name]
+            + [a.name for a in NODE_ALGORITHMS.get(collective, [])] + ["native"])
 
 
 def resolve_name(collective, name):

@@ -96,3 +96,50 @@ def test_six_ranks_in_a_job_of_their_own():
                    timeout=600, env={"MPIR_CVAR_DEVICE_COLLECTIVES": "none", "OPENBLAS_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert " passed" in done.stdout and "failed" not in done.stdout
+
+
+# (algorithm of the first half of the ranks, of the rest): node-aware against node-aware, and
+# against flat ones, the first (index 0 of the agreement) among them.
+MISMATCHED = [("hierarchical", "node_leader"), ("hierarchical", "all_to_all"), ("ring", "node_leader")]
+
+
+@pytest.mark.parametrize("first", ["fresh", "warm"])
+@pytest.mark.parametrize("mine, theirs", MISMATCHED)
+def test_node_aware_algorithms_that_differ_raise_on_every_rank(monkeypatch, mine, theirs, first):
+    """Ranks that would run different phases (or one flat, one node-aware) raise the same
+    ValueError naming the algorithm, instead of waiting in different collectives; then the
+    same Comm still all-reduces right.  ``fresh``: this is the Comm's first all-reduce, so the
+    ranks also find the nodes in it."""
+    world = MPI.COMM_WORLD
+    p, r = world.size, world.rank
+    if p < 4 or p % 2:
+        pytest.skip("needs nodes of two ranks, at least two nodes")
+    with _node_comm(monkeypatch, "2") as comm:
+        x = np.ones(1 << 18, np.float32)
+        if first == "warm":
+            comm.Allreduce(MPI.IN_PLACE, x.copy())
+        buf = x.copy()
+        with pytest.raises(ValueError) as err:
+            comm.Allreduce(MPI.IN_PLACE, buf, algorithm=mine if r < p // 2 else theirs)
+        assert "algorithm ranges" in str(err.value)
+        messages = world.allgather(str(err.value))
+        assert messages == [messages[0]] * p
+        assert np.array_equal(buf, x), "the buffer was written before the algorithms were compared"
+        check_allreduce(comm, world, np.float32, [1 << 18], "after the mismatch", algorithm=theirs)
+
+
+def test_first_allreduce_against_another_collective_raises_on_every_rank(monkeypatch):
+    """A Comm's first all-reduce finds the nodes with MPI's own collectives; a rank in another
+    collective must make every rank raise, not leave the others in the discovery."""
+    world = MPI.COMM_WORLD
+    p, r = world.size, world.rank
+    if p < 2:
+        pytest.skip("needs two ranks")
+    with _node_comm(monkeypatch, "2" if p % 2 == 0 else str(p)) as comm:
+        x = np.arange(64, dtype=np.float32)
+        with pytest.raises(ValueError, match="ranks called different collectives"):
+            if r == 0:
+                comm.Allreduce(MPI.IN_PLACE, x.copy())
+            else:
+                comm.Bcast(x.copy())
+        check_allreduce(comm, world, np.float32, [64, 1 << 18], "after the mismatch")
