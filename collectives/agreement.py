@@ -92,8 +92,11 @@ try:
 except ImportError:
     _native_exchange = None
 
-# Collective indices, as in collectives._engine, which runs the same agreement in C.
-COLLECTIVE_INDEX = {name: i for i, name in enumerate(ALGORITHMS)}
+# Collective indices, as in collectives._engine, which runs the same agreement in C; then the
+# compressed all-reduce (collectives.compression), whose fields name its compressor (it has no
+# algorithm table: its algorithm index is always 0).
+COMPRESSED = "compressed allreduce"
+COLLECTIVE_INDEX = {name: i for i, name in enumerate([*ALGORITHMS, COMPRESSED])}
 # The exchange in C, or its pure-Python twin (the same messages) under COLLECTIVES_PUREPYTHON=1.
 _exchange = exchange.exchange if kernels.PUREPYTHON or _native_exchange is None else _native_exchange
 
@@ -141,16 +144,16 @@ def disagreement(collective, keys, lo, hi):
     collective and the algorithm).  Shared by ``agree`` and the fast path's agreement."""
     if lo[0] != hi[0]:
         # Each rank knows only its own collective: name the range, the same on every rank.
-        called = list(ALGORITHMS)
+        called = list(COLLECTIVE_INDEX)
         return (f"arguments differ across ranks: collective ranges {called[lo[0]]}..{called[hi[0]]} "
                 "(ranks called different collectives)")
+    known = choices(collective) if collective in ALGORITHMS else [collective]
     # Every algorithm of a collective compares the same fields; a native call compares none,
     # so fields count only when no rank took it (it is the last index of ``choices``).
-    if hi[1] == len(choices(collective)) - 1 and lo[1] != hi[1]:
+    if known[hi[1]] == "native" and lo[1] != hi[1]:
         keys = keys[:2]
     bad = [f"{k} ranges {lo[i]}..{hi[i]}" for i, k in enumerate(keys) if lo[i] != hi[i]]
     if lo[0] == hi[0] and lo[1] != hi[1]:
-        known = choices(collective)
         native = ("; 'native' is MPI's own call, taken for arguments no algorithm covers"
                   if known[hi[1]] == "native" else "")
         bad[0] += f" ({known[lo[1]]}..{known[hi[1]]}{native})"
@@ -181,4 +184,4 @@ def agreed(collective):
     return decorate
 
 
-__all__ = ["COLLECTIVE_INDEX", "agree", "agreed", "disagreement"]
+__all__ = ["COLLECTIVE_INDEX", "COMPRESSED", "agree", "agreed", "disagreement"]

@@ -89,11 +89,13 @@ import contextlib
 import os
 import time
 import warnings
+import zlib
 
 import numpy as np
 from mpi4py import MPI
 
 from . import kernels, node
+from .agreement import COMPRESSED as AGREEMENT, agree
 from .comm import wrap
 from .executor import buffer
 from ._payload import nbuckets, sign_nbytes
@@ -482,11 +484,24 @@ def allreduce(comm, grad, compressor, state=None, average=False, report=None, ou
     docstring).  Every rank decodes the same payloads in the same order, so all ranks hold
     the same bits.
     """
-    if isinstance(compressor, str):
-        compressor = COMPRESSORS[compressor]()
-    grad = np.asarray(grad)
-    g = _flat(np.ascontiguousarray(grad))
-    result = np.empty_like(grad) if out is None else _out(out, grad)
+    c = wrap(comm)
+    try:
+        if isinstance(compressor, str):
+            if compressor not in COMPRESSORS:
+                raise ValueError(f"unknown compressor {compressor!r}; one of {', '.join(COMPRESSORS)}")
+            compressor = COMPRESSORS[compressor]()
+        grad = np.asarray(grad)
+        g = _flat(np.ascontiguousarray(grad))
+        result = np.empty_like(grad) if out is None else _out(out, grad)
+    except (ValueError, TypeError):
+        if c.check and c.size > 1:
+            agree(c, AGREEMENT, None, error=True)
+        raise
+    if c.check and c.size > 1:
+        # Before any payload moves: a rank whose count (or compressor) differs would otherwise
+        # truncate a receive on one rank and leave another waiting.
+        agree(c, AGREEMENT, None, count=g.size, dtype=g.dtype.num,
+              compressor_settings=_fingerprint(compressor, average))
     p, rank = comm.Get_size(), comm.Get_rank()
     if state is None and compressor.error_feedback:
         state = ErrorFeedback()
@@ -503,6 +518,16 @@ def allreduce(comm, grad, compressor, state=None, average=False, report=None, ou
     if report is not None:
         report(stats)
     return result, state
+
+
+def _fingerprint(compressor, average):
+    """What every rank's call must share besides count and dtype, as a 31-bit number: the
+    compressor's class and settings, ``average``, and, when the ranks draw the same random
+    numbers, its seed and step (a seed of its own per rank is fine otherwise)."""
+    private = () if compressor.shared_seed else ("seed", "step")
+    settings = sorted((k, v) for k, v in vars(compressor).items()
+                      if isinstance(v, (bool, int, float, str)) and k not in private)
+    return zlib.crc32(repr((type(compressor).__name__, settings, bool(average))).encode()) >> 1
 
 
 def _out(out, grad):

@@ -315,3 +315,47 @@ def test_randk_without_feedback_is_unbiased():
     p = 0.1
     assert comp.unbiased
     assert np.all(np.abs(total / S - x) <= 5 * np.abs(x) * np.sqrt((1 - p) / (p * S)) + 1e-12)
+
+
+# (what rank 0 passes, what the others pass, the field the error names): calls that differ
+# across ranks raise the same ValueError on every rank before any payload moves.
+DIFFERING = [
+    (dict(n=100), dict(n=120), "count ranges 100..120"),
+    (dict(dtype=np.float32), dict(dtype=np.float64), "dtype ranges"),
+    (dict(name="int8"), dict(name="topk"), "compressor_settings"),
+    (dict(settings=dict(ratio=0.05)), dict(settings=dict(ratio=0.1)), "compressor_settings"),
+    (dict(settings=dict(seed=1), name="randk"), dict(settings=dict(seed=2), name="randk"), "compressor_settings"),
+    (dict(average=True), dict(average=False), "compressor_settings"),
+]
+
+
+@pytest.mark.parametrize("mine, theirs, field", DIFFERING)
+def test_calls_that_differ_raise_on_every_rank(comm, mine, theirs, field):
+    if comm.size < 2 or not comm.check:
+        pytest.skip("needs two ranks and the cross-rank check")
+    call = dict(n=100, dtype=np.float32, name="topk", settings={}, average=False)
+    call.update(mine if comm.rank == 0 else theirs)
+    g = grad(comm.rank, call["n"], 0, call["dtype"])
+    with pytest.raises(ValueError, match="compressed allreduce: arguments differ across ranks: " + field) as err:
+        allreduce(comm, g, COMPRESSORS[call["name"]](**call["settings"]), average=call["average"])
+    assert comm.allgather(str(err.value)) == [str(err.value)] * comm.size
+    got, _ = allreduce(comm, grad(comm.rank, 64, 1, np.float32), "none")
+    assert np.allclose(got, sum(grad(r, 64, 1, np.float32) for r in range(comm.size)), rtol=1e-5)
+
+
+def test_seeds_of_their_own_are_fine_where_ranks_draw_apart(comm):
+    """Int8's stochastic rounding draws per rank: a seed per rank is a legitimate choice."""
+    g = grad(comm.rank, 256, 0, np.float32)
+    got, _ = allreduce(comm, g, compression.Int8(seed=comm.rank, bucket=64))
+    assert_identical_across_ranks(comm, got, "int8 with a seed per rank")
+
+
+def test_one_rank_with_bad_arguments_makes_every_rank_raise(comm):
+    if comm.size < 2 or not comm.check:
+        pytest.skip("needs two ranks and the cross-rank check")
+    g = np.ones(8, np.int32) if comm.rank == 0 else np.ones(8, np.float32)
+    expected_error = (TypeError, "float32 or float64") if comm.rank == 0 else (ValueError, "invalid arguments on another rank")
+    with pytest.raises(expected_error[0], match=expected_error[1]):
+        allreduce(comm, g, "int8")
+    with pytest.raises(ValueError, match="unknown compressor 'bogus'" if comm.rank == comm.size - 1 else "invalid arguments"):
+        allreduce(comm, np.ones(8, np.float32), "bogus" if comm.rank == comm.size - 1 else "int8")
