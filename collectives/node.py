@@ -115,7 +115,7 @@ def allreduce(comm, sendbuf, recvbuf, op, algorithm):
     from .buffers import Native, is_in_place, parse
     from .executor import run
     from .ops import check_op
-    from .registry import env_choice, may_be_node_aware, resolve_name, select_node
+    from .registry import decide_for, env_choice, may_be_node_aware, resolve_name, select_node
 
     try:
         requested = resolve_name("allreduce", algorithm)
@@ -133,13 +133,16 @@ def allreduce(comm, sendbuf, recvbuf, op, algorithm):
     if comm._nodes is None:
         # Every rank's first valid Allreduce on ``comm`` comes here, whatever its algorithm,
         # so every rank joins the discovery's MPI collectives.  With the check on, the ranks
-        # first agree that they all are in this all-reduce (the algorithm is compared once it
-        # is chosen, below or on the flat path): a rank in another collective, whose exchange
-        # meets this one, then raises with them instead of leaving them in the discovery.
+        # first agree that they all are in this all-reduce, as the flat path would (with its
+        # choice of algorithm; a node-aware one is compared once chosen, below): a rank in
+        # another collective, or that left for the flat path, meets this exchange and all
+        # raise, instead of some waiting in the discovery.
         # Collective on the private communicator: queued behind pending nonblocking calls.
         def find():
             if comm.check:
-                agree(comm, "allreduce", None, count=n, dtype=dt, op=opc)
+                flat = decide_for("allreduce", algorithm, comm.algorithms.get("allreduce"), comm.size, n,
+                                  recv.nbytes, checked=True)[0]
+                agree(comm, "allreduce", flat, count=n, dtype=dt, op=opc)
             comm._nodes = discover(comm)
         run(comm, find)
     nodes = comm._nodes
