@@ -11,9 +11,33 @@ A layout whose ranks do not add up to the communicator's size is refused with a 
 Lane j is the communicator of the j-th rank of every node (only nodes that have one).
 """
 import os
+from typing import NamedTuple
 
 import numpy as np
 from mpi4py import MPI
+
+
+class Phase(NamedTuple):
+    """One collective of a node-aware algorithm, as one rank calls it.
+
+    ``method``: the Comm method ("Reduce_scatter", "Allreduce", "Allgatherv", "Reduce",
+    "Bcast"); ``comm``: the communicator, "intra" (the rank's node) or "lane" (the ranks of
+    the same index in every node); ``counts``: elements, one int for every rank, or a tuple
+    with each rank's block (Reduce_scatter, Allgatherv); ``displs``: Allgatherv's block
+    offsets; ``root``; ``in_place``: the call's sendbuf is MPI.IN_PLACE.
+    """
+
+    method: str
+    comm: str
+    counts: object
+    displs: tuple = None
+    root: int = None
+    in_place: bool = False
+
+
+def call(nodes, phase):
+    """The bound method that runs ``phase`` on its communicator of ``nodes``."""
+    return getattr(getattr(nodes, phase.comm), phase.method)
 
 
 def layout(spec, size):
