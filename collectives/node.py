@@ -18,13 +18,14 @@ from mpi4py import MPI
 
 
 class Phase(NamedTuple):
-    """One collective of a node-aware algorithm, as one rank calls it.
+    """One collective of a node-aware algorithm, as one rank calls it (a rank's list leaves
+    out the collectives it takes no part in: node_leader's all-reduce on lane 0, the leaders').
 
     ``method``: the Comm method ("Reduce_scatter", "Allreduce", "Allgatherv", "Reduce",
     "Bcast"); ``comm``: the communicator, "intra" (the rank's node) or "lane" (the ranks of
-    the same index in every node); ``counts``: elements, one int for every rank, or a tuple
-    with each rank's block (Reduce_scatter, Allgatherv); ``displs``: Allgatherv's block
-    offsets; ``root``; ``in_place``: the call's sendbuf is MPI.IN_PLACE.
+    the same index in every node); ``counts``: the elements every rank passes (an int), or
+    each rank's block (a tuple: Reduce_scatter, Allgatherv); ``displs``: Allgatherv's block
+    offsets; ``root``: Reduce's and Bcast's; ``in_place``: the call's sendbuf is MPI.IN_PLACE.
     """
 
     method: str
