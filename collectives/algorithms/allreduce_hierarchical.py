@@ -41,7 +41,8 @@ def cost(p, n, alpha, beta, gamma, k=None, inter=None):
 def phases(count, k, local, in_place=False):
     """The Phases (collectives.node) of local rank ``local`` of a node of ``k`` all-reducing
     ``count`` elements, in order; the same ``in_place`` or not (the reduce-scatter reads the
-    input where it lies).  Cached: the run and the model (bench/model.py) both read them."""
+    input where it lies).  Cached: the run reads them on every call, the model
+    (bench/model.py) walks them."""
     # blocks() splits as np.array_split would, without the index array (32 MiB of int64 at
     # 16 MiB of float32, 13-25 ms a call on the testbed's loaded cores).
     counts, displs = blocks(count, k)

@@ -37,7 +37,8 @@ def cost(p, n, alpha, beta, gamma, k=None, inter=None):
 def phases(count, k, local, in_place=False):
     """The Phases (collectives.node) of local rank ``local`` of a node of ``k`` all-reducing
     ``count`` elements, ``in_place`` or not, in order: the leaders' all-reduce on lane 0 is the
-    leader's alone.  Cached: the run and the model (bench/model.py) both read them."""
+    leader's alone; the same for any ``k``.  Cached: the run reads them on every call, the
+    model (bench/model.py) walks them."""
     leader = local == 0
     reduce = Phase("Reduce", "intra", count, root=0, in_place=in_place and leader)
     bcast = Phase("Bcast", "intra", count, root=0)
