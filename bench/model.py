@@ -274,14 +274,17 @@ def rounds(steps, itemsize):
 
 def _phase(algo, members, args, itemsize):
     """{global rank: rounds} of ``algo``'s schedule on the communicator of ranks ``members``."""
+    return {rank: _member(algo, members, sub, args, itemsize) for sub, rank in enumerate(members)}
+
+
+def _member(algo, members, sub, args, itemsize):
+    """The rounds of ``algo``'s schedule at rank ``sub`` of the communicator of ranks ``members``,
+    its peers named by their global ranks."""
     from collectives.registry import plan
 
-    out = {}
-    for sub, rank in enumerate(members):
-        steps = plan(algo.name, sub, len(members), *args)[0]
-        out[rank] = [[[(members[q], b) for q, b in sends], [(members[q], b) for q, b in recvs], red]
-                     for sends, recvs, red in rounds(steps, itemsize)]
-    return out
+    steps = plan(algo.name, sub, len(members), *args)[0]
+    return [[[(members[q], b) for q, b in sends], [(members[q], b) for q, b in recvs], red]
+            for sends, recvs, red in rounds(steps, itemsize)]
 
 
 def _auto(collective, size, count, nbytes, uniform=True):
@@ -290,12 +293,38 @@ def _auto(collective, size, count, nbytes, uniform=True):
     return decide(collective, "auto", size, count, nbytes, uniform)[0]
 
 
+def _call(phase, size, itemsize):
+    """(Algorithm, builder arguments, schedule element size) of the schedule that the Comm method
+    of ``phase`` (collectives.node.Phase) plans on a communicator of ``size`` ranks, check off:
+    the choice and arguments collectives.jobs and the fast path give; Bcast and Allgatherv move
+    bytes."""
+    from collectives.executor import plan_args
+
+    blocked = isinstance(phase.counts, tuple)
+    total = sum(phase.counts) if blocked else phase.counts
+    nbytes = total * itemsize
+    uniform = not blocked or len(set(phase.counts)) == 1
+    if phase.method == "Reduce_scatter":
+        algo = _auto("reduce_scatter", size, total, nbytes, uniform)
+        return algo, plan_args(algo, (phase.counts, not phase.in_place), True), itemsize
+    if phase.method == "Allreduce":
+        algo = _auto("allreduce", size, total, nbytes)
+        return algo, plan_args(algo, (total,), not phase.in_place), itemsize
+    if phase.method == "Allgatherv":
+        return _auto("allgather", size, total, nbytes, uniform), (tuple(c * itemsize for c in phase.counts),), 1
+    if phase.method == "Reduce":
+        return _auto("reduce", size, total, nbytes), (total, phase.root), itemsize
+    if phase.method == "Bcast":
+        return _auto("bcast", size, nbytes, nbytes), (nbytes, phase.root), 1
+    raise ValueError(f"no schedule for a {phase.method} phase")
+
+
 def allreduce_rounds(name, nodes, k, count, itemsize=4):
     """{rank: rounds} of all-reducing ``count`` elements with algorithm ``name`` (full name) on
-    ``nodes`` nodes of ``k`` ranks (rank = node x k + local index), out of place."""
+    ``nodes`` nodes of ``k`` ranks (rank = node x k + local index), out of place; a node-aware
+    algorithm by the phases its module describes (``phases``), which its run reads too."""
     from collectives.executor import plan_args
     from collectives.registry import NODE_ALGORITHMS, select
-    from collectives.schedule import blocks
 
     p, nbytes = nodes * k, count * itemsize
     if name not in {a.name for a in NODE_ALGORITHMS["allreduce"]}:
@@ -305,28 +334,15 @@ def allreduce_rounds(name, nodes, k, count, itemsize=4):
         return _phase(algo, list(range(p)), plan_args(algo, (count,), True), itemsize)
     if nodes < 2 or k < 2:
         raise ValueError(f"{name} is node-aware: it needs several nodes of several ranks, not {nodes}x{k}")
-    intra = [list(range(m * k, (m + 1) * k)) for m in range(nodes)]
-    lanes = [list(range(j, p, k)) for j in range(k)]
-    phases = []  # [(algo, groups, args, itemsize)], each phase on every group at once
-    if name == "allreduce_hierarchical":
-        counts = blocks(count, k)[0]
-        uniform = len(set(counts)) == 1
-        rs = _auto("reduce_scatter", k, count, nbytes, uniform)
-        phases.append((rs, intra, plan_args(rs, (counts, True), True), itemsize))
-        for c, lane in zip(counts, lanes):
-            ar = _auto("allreduce", nodes, c, c * itemsize)
-            phases.append((ar, [lane], plan_args(ar, (c,), False), itemsize))
-        ag = _auto("allgather", k, count, nbytes, uniform)
-        phases.append((ag, intra, (tuple(c * itemsize for c in counts),), 1))
-    else:  # allreduce_node_leader
-        red, ar = _auto("reduce", k, count, nbytes), _auto("allreduce", nodes, count, nbytes)
-        phases += [(red, intra, (count, 0), itemsize), (ar, lanes[:1], plan_args(ar, (count,), False), itemsize),
-                   (_auto("bcast", k, nbytes, nbytes), intra, (nbytes, 0), 1)]
+    phases = importlib.import_module(f"collectives.algorithms.{name}").phases
     out = {r: [] for r in range(p)}
-    for algo, groups, args, size in phases:
-        for group in groups:
-            for rank, rows in _phase(algo, group, args, size).items():
-                out[rank] += rows
+    for r in range(p):
+        node, local = divmod(r, k)
+        for phase in phases(count, k, local):
+            members, sub = {"intra": (range(node * k, (node + 1) * k), local),
+                            "lane": (range(local, p, k), node)}[phase.comm]
+            algo, args, size = _call(phase, len(members), itemsize)
+            out[r] += _member(algo, members, sub, args, size)
     return out
 
 

@@ -11,9 +11,34 @@ A layout whose ranks do not add up to the communicator's size is refused with a 
 Lane j is the communicator of the j-th rank of every node (only nodes that have one).
 """
 import os
+from typing import NamedTuple
 
 import numpy as np
 from mpi4py import MPI
+
+
+class Phase(NamedTuple):
+    """One collective of a node-aware algorithm, as one rank calls it (a rank's list leaves
+    out the collectives it takes no part in: node_leader's all-reduce on lane 0, the leaders').
+
+    ``method``: the Comm method ("Reduce_scatter", "Allreduce", "Allgatherv", "Reduce",
+    "Bcast"); ``comm``: the communicator, "intra" (the rank's node) or "lane" (the ranks of
+    the same index in every node); ``counts``: the elements every rank passes (an int), or
+    each rank's block (a tuple: Reduce_scatter, Allgatherv); ``displs``: Allgatherv's block
+    offsets; ``root``: Reduce's and Bcast's; ``in_place``: the call's sendbuf is MPI.IN_PLACE.
+    """
+
+    method: str
+    comm: str
+    counts: object
+    displs: tuple = None
+    root: int = None
+    in_place: bool = False
+
+
+def call(nodes, phase):
+    """The bound method that runs ``phase`` on its communicator of ``nodes``."""
+    return getattr(getattr(nodes, phase.comm), phase.method)
 
 
 def layout(spec, size):

@@ -153,3 +153,48 @@ def test_unmatched_schedules_are_refused():
     cycle = {0: [[[], [(1, 8)], 0], [[(1, 8)], [], 0]], 1: [[[], [(0, 8)], 0], [[(0, 8)], [], 0]]}
     with pytest.raises(ValueError, match="wait cycle"):
         walk(cycle, [0, 1], _links())
+
+
+# The node-aware all-reduces' rounds, written out by hand at 2 nodes x 2 ranks (rank = node x 2 +
+# local index), float32.  r ^ 1 is the other rank of r's node, r ^ 2 its lane peer.
+
+def test_hierarchical_rounds_by_hand():
+    from bench.model import allreduce_rounds
+
+    # count 10: blocks of 5 elements (20 B).  Reduce-scatter in the node (recursive halving):
+    # swap the other's block and combine it; the lane all-reduce of the block (recursive
+    # doubling): swap and combine, the higher rank into scratch and copied back (40 B); the
+    # all-gather in the node (pairwise): swap the blocks.
+    assert allreduce_rounds("allreduce_hierarchical", 2, 2, 10) == {
+        r: [[[(r ^ 1, 20)], [(r ^ 1, 20)], 20],
+            [[(r ^ 2, 20)], [(r ^ 2, 20)], 20 if r < 2 else 40],
+            [[(r ^ 1, 20)], [(r ^ 1, 20)], 0]] for r in range(4)}
+    # count 1, fewer elements than ranks per node: blocks of 1 and 0.  Local rank 1 sends the
+    # element to local rank 0 and receives nothing; lane 1 all-reduces an empty block (the
+    # model plans it, 0 bytes); the all-gather sends the element back.
+    assert allreduce_rounds("allreduce_hierarchical", 2, 2, 1) == {
+        0: [[[], [(1, 4)], 4], [[(2, 4)], [(2, 4)], 4], [[(1, 4)], [(1, 0)], 0]],
+        1: [[[(0, 4)], [], 0], [[(3, 0)], [(3, 0)], 0], [[(0, 0)], [(0, 4)], 0]],
+        2: [[[], [(3, 4)], 4], [[(0, 4)], [(0, 4)], 8], [[(3, 4)], [(3, 0)], 0]],
+        3: [[[(2, 4)], [], 0], [[(1, 0)], [(1, 0)], 0], [[(2, 0)], [(2, 4)], 0]]}
+
+
+def test_node_leader_rounds_by_hand():
+    from bench.model import allreduce_rounds
+
+    # count 10 (40 B): local rank 1 sends its vector to the leader, which combines it (binomial
+    # reduce); the leaders 0 and 2 swap and combine (recursive doubling, 2 copies back too);
+    # the leader sends the result to local rank 1 (binomial broadcast).
+    leader = {r: [[[], [(r + 1, 40)], 40], [[(r ^ 2, 40)], [(r ^ 2, 40)], 40 if r < 2 else 80],
+                  [[(r + 1, 40)], [], 0]] for r in (0, 2)}
+    other = {r: [[[(r - 1, 40)], [], 0], [[], [(r - 1, 40)], 0]] for r in (1, 3)}
+    assert allreduce_rounds("allreduce_node_leader", 2, 2, 10) == {**leader, **other}
+
+
+@pytest.mark.parametrize("name", ["allreduce_hierarchical", "allreduce_node_leader"])
+@pytest.mark.parametrize("nodes, k", [(4, 1), (1, 4), (2, 1)])
+def test_node_aware_rounds_need_several_nodes_of_several_ranks(name, nodes, k):
+    from bench.model import allreduce_rounds
+
+    with pytest.raises(ValueError, match="several nodes of several ranks"):
+        allreduce_rounds(name, nodes, k, 10)

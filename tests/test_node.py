@@ -1,12 +1,15 @@
 """Node-aware all-reduces under COLLECTIVES_NODE layouts on one host, against native MPI and NumPy."""
+import importlib
+
 import numpy as np
 import pytest
 from mpi4py import MPI
 
 import collectives
+from collectives import executor, node
 from collectives.node import layout
 from tests.launch import mpiexec, own_jobs
-from util import ALL_DTYPES, assert_close, check_allreduce, make_data, reference, sizes
+from util import ALL_DTYPES, assert_close, assert_everywhere, check_allreduce, make_data, reference, sizes
 
 NODE_ALGORITHMS = ["allreduce_hierarchical", "allreduce_node_leader"]
 # Uneven layouts (the last two) run node_leader only: hierarchical falls back to it.
@@ -47,6 +50,105 @@ def test_node_allreduce_in_place_and_choice(monkeypatch, spec, algorithm, timeou
         uniform = len(set(layout(spec, p))) == 1
         expected = algorithm if uniform else "allreduce_node_leader"
         assert comm.last_algorithm == expected
+
+
+class _Recorder:
+    """A communicator of collectives.node.Nodes (``role`` "intra" or "lane") that notes each
+    collective call as (method, role, counts, displs, root, in place) in ``calls``, then makes it."""
+
+    def __init__(self, comm, role, calls):
+        self._comm, self._role, self._calls = comm, role, calls
+
+    def __getattr__(self, name):
+        return getattr(self._comm, name)
+
+    def _note(self, method, counts, displs=None, root=None, in_place=False):
+        self._calls.append((method, self._role, counts, displs, root, in_place))
+
+    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts, op=MPI.SUM):
+        self._note("Reduce_scatter", tuple(recvcounts), in_place=sendbuf is MPI.IN_PLACE)
+        self._comm.Reduce_scatter(sendbuf, recvbuf, recvcounts, op=op)
+
+    def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM):
+        self._note("Allreduce", recvbuf.size, in_place=sendbuf is MPI.IN_PLACE)
+        self._comm.Allreduce(sendbuf, recvbuf, op=op)
+
+    def Allgatherv(self, sendbuf, recvbuf):
+        _, (counts, displs) = recvbuf
+        self._note("Allgatherv", tuple(counts), tuple(displs), in_place=sendbuf is MPI.IN_PLACE)
+        self._comm.Allgatherv(sendbuf, recvbuf)
+
+    def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, root=0):
+        in_place = sendbuf is MPI.IN_PLACE
+        self._note("Reduce", (recvbuf if in_place else sendbuf).size, root=root, in_place=in_place)
+        self._comm.Reduce(sendbuf, recvbuf, op=op, root=root)
+
+    def Bcast(self, buf, root=0):
+        self._note("Bcast", buf.size, root=root)
+        self._comm.Bcast(buf, root=root)
+
+
+def _equal(got, want, what):
+    assert got == want, f"{what}: {got} != {want}"
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["out_of_place", "in_place"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("spec", ["2x2", "2x3", "3x2", "4x2", "3,1", "1,2,2"])
+@pytest.mark.parametrize("algorithm", NODE_ALGORITHMS)
+def test_node_allreduce_makes_the_phases_it_describes(monkeypatch, algorithm, spec, dtype, in_place):
+    """The run's calls on the node communicators are the module's ``phases``; the schedules they
+    plan are the rounds bench/model.py walks for this rank; the result is native MPI's."""
+    from bench.model import allreduce_rounds, rounds
+
+    world = MPI.COMM_WORLD
+    try:
+        counts = layout(spec, world.size)
+    except ValueError:
+        pytest.skip(f"layout {spec} does not fit {world.size} ranks")
+    if algorithm == "allreduce_hierarchical" and len(set(counts)) > 1:
+        pytest.skip("hierarchical needs equal nodes (test_node_allreduce_in_place_and_choice: the fallback)")
+    phases = importlib.import_module(f"collectives.algorithms.{algorithm}").phases
+    monkeypatch.setenv("COLLECTIVES_NODE", spec)
+    planned = []
+
+    def plan(name, rank, size, *args):
+        made = real_plan(name, rank, size, *args)
+        planned.append((name, made[0]))
+        return made
+    real_plan = executor.plan
+    monkeypatch.setattr(executor, "plan", plan)
+    itemsize = np.dtype(dtype).itemsize
+    for n in (1, 2, 5, 10, 1001, 70001):
+        # A new Comm each time: the fast path plans a call shape once per Comm; check off, as
+        # the model has it (with the check, ``auto`` may pick the fused forms).
+        with collectives.Comm(world, check=False) as comm:
+            calls = []
+            if comm._nodes is None:  # watched (COLLECTIVES_TIMEOUT), the constructor found them
+                comm._nodes = node.discover(comm)
+            nodes = comm._nodes
+            nodes.intra, nodes.lane = _Recorder(nodes.intra, "intra", calls), _Recorder(nodes.lane, "lane", calls)
+            send = (np.arange(n) % 5 + world.rank).astype(dtype)  # small integers: sums exact in any order
+            recv = send.copy() if in_place else np.empty_like(send)
+            want = np.empty_like(send)
+            world.Allreduce(send, want)
+            del planned[:]
+            comm.Allreduce(MPI.IN_PLACE if in_place else send, recv, algorithm=algorithm)
+            described = [tuple(phase) for phase in phases(n, nodes.intra.size, nodes.local, in_place)]
+            assert_everywhere(world, np.testing.assert_array_equal, recv, want)
+            assert_everywhere(world, _equal, calls, described, f"n={n}: the calls made")
+            if nodes.uniform and n >= max(counts):
+                # One schedule planned per call, peers renamed to world ranks (a call without
+                # elements plans none under the NumPy fallback: only counts that fill every block).
+                members = {"intra": nodes.grid[:, nodes.lane.rank], "lane": nodes.grid[nodes.local]}
+                ran = []
+                for (name, steps), (_, role, *_) in zip(planned, calls):
+                    size = 1 if name.startswith(("bcast", "allgather")) else itemsize  # they move bytes
+                    ran += [[[(int(members[role][q]), b) for q, b in moves] for moves in (sends, recvs)] + [combined]
+                            for sends, recvs, combined in rounds(steps, size)]
+                model = allreduce_rounds(algorithm, len(counts), counts[0], n, itemsize)[world.rank]
+                assert_everywhere(world, _equal, (len(planned), ran), (len(calls), model),
+                                  f"n={n}: (schedules planned, their rounds) against (calls, the model's rounds)")
 
 
 @pytest.mark.parametrize("nbytes, expected", [(8, None), (1 << 20, "allreduce_node_leader"),
