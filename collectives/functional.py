@@ -12,10 +12,14 @@ is wrapped in a Comm on first use and the wrapper is cached on it (``collectives
 wrapping duplicates the communicator, which is collective, so every rank of it must make
 that first call, as it must for any collective anyway.
 """
+import contextlib
+
 import numpy as np
 from mpi4py import MPI
 
+from .agreement import agree
 from .comm import wrap
+from .executor import run
 from .schedule import blocks
 
 # What scatter's root tells the others, in int64s: dtype string length (-1: the root's
@@ -23,6 +27,19 @@ from .schedule import blocks
 _DESCR_BYTES = 16
 _MAX_DIMS = 64
 _HEADER = 2 + _DESCR_BYTES // 8 + _MAX_DIMS
+
+
+@contextlib.contextmanager
+def _checked(c, collective):
+    """Around a function's own checks before it calls ``collective`` on Comm ``c``: a ValueError
+    or TypeError raised on this rank alone first takes part in the other ranks' agreement, as
+    ``agreement.agreed`` does for the Comm's methods, so they raise too instead of waiting."""
+    try:
+        yield
+    except (ValueError, TypeError):
+        if c.check and c.size > 1:
+            run(c, lambda: agree(c, collective, None, error=True))
+        raise
 
 
 def _input(array, like=None):
@@ -57,8 +74,9 @@ def _send(array, out):
 def allreduce(comm, array, op="sum", algorithm="auto", out=None):
     """Combine ``array`` of every rank with ``op``; every rank gets the result."""
     c = wrap(comm)
-    array = np.asarray(array)
-    out = _output(out, array.shape, array.dtype, "allreduce")
+    with _checked(c, "allreduce"):
+        array = np.asarray(array)
+        out = _output(out, array.shape, array.dtype, "allreduce")
     # None, which "auto" means too, keeps Comm.Allreduce's fast path open (with check off).
     c.Allreduce(_send(array, out), out, op=op, algorithm=None if algorithm == "auto" else algorithm)
     return out
@@ -67,8 +85,9 @@ def allreduce(comm, array, op="sum", algorithm="auto", out=None):
 def iallreduce(comm, array, op="sum", algorithm="auto", out=None):
     """Start an allreduce; the returned Request's ``wait()`` returns the result."""
     c = wrap(comm)
-    array = np.asarray(array)
-    out = _output(out, array.shape, array.dtype, "iallreduce")
+    with _checked(c, "allreduce"):
+        array = np.asarray(array)
+        out = _output(out, array.shape, array.dtype, "iallreduce")
     req = c.Iallreduce(_send(array, out), out, op=op, algorithm=algorithm)
     req.result = out
     return req
@@ -80,10 +99,11 @@ def bcast(comm, array, root=0, algorithm="auto", out=None):
     Every rank passes an array of the same shape and dtype; only the root's contents matter.
     """
     c = wrap(comm)
-    array = np.asarray(array)
-    out = _output(out, array.shape, array.dtype, "bcast")
-    if c.rank == root and array is not out:
-        np.copyto(out, array)
+    with _checked(c, "bcast"):
+        array = np.asarray(array)
+        out = _output(out, array.shape, array.dtype, "bcast")
+        if c.rank == root and array is not out:
+            np.copyto(out, array)
     c.Bcast(out, root=root, algorithm=algorithm)
     return out
 
@@ -91,11 +111,15 @@ def bcast(comm, array, root=0, algorithm="auto", out=None):
 def reduce(comm, array, op="sum", root=0, algorithm="auto", out=None):
     """Combine ``array`` of every rank with ``op``; the result at ``root``, None elsewhere."""
     c = wrap(comm)
-    array = np.asarray(array)
+    with _checked(c, "reduce"):
+        array = np.asarray(array)
+        if c.rank != root:
+            array = _input(array)
+        else:
+            out = _output(out, array.shape, array.dtype, "reduce")
     if c.rank != root:
-        c.Reduce(_input(array), None, op=op, root=root, algorithm=algorithm)
+        c.Reduce(array, None, op=op, root=root, algorithm=algorithm)
         return None
-    out = _output(out, array.shape, array.dtype, "reduce")
     c.Reduce(_send(array, out), out, op=op, root=root, algorithm=algorithm)
     return out
 
@@ -103,8 +127,9 @@ def reduce(comm, array, op="sum", root=0, algorithm="auto", out=None):
 def allgather(comm, array, algorithm="auto", out=None):
     """Every rank's ``array`` stacked in rank order: shape ``(p, *array.shape)``."""
     c = wrap(comm)
-    array = np.asarray(array, order="C")
-    out = _output(out, (c.size, *array.shape), array.dtype, "allgather")
+    with _checked(c, "allgather"):
+        array = np.asarray(array, order="C")
+        out = _output(out, (c.size, *array.shape), array.dtype, "allgather")
     c.Allgather(array, out, algorithm=algorithm)
     return out
 
@@ -116,13 +141,14 @@ def reduce_scatter(comm, array, op="sum", counts=None, algorithm="auto"):
     first ranks taking one row more.
     """
     c = wrap(comm)
-    array = np.asarray(array, order="C")
-    if array.ndim == 0:
-        raise ValueError("reduce_scatter: a 0-d array has no axis to split")
-    rows = blocks(array.shape[0], c.size)[0] if counts is None else tuple(int(k) for k in counts)
-    if len(rows) != c.size or any(k < 0 for k in rows) or sum(rows) != array.shape[0]:
-        raise ValueError(f"reduce_scatter: counts {rows} must be {c.size} non-negative row counts "
-                         f"adding up to {array.shape[0]}")
+    with _checked(c, "reduce_scatter"):
+        array = np.asarray(array, order="C")
+        if array.ndim == 0:
+            raise ValueError("reduce_scatter: a 0-d array has no axis to split")
+        rows = blocks(array.shape[0], c.size)[0] if counts is None else tuple(int(k) for k in counts)
+        if len(rows) != c.size or any(k < 0 for k in rows) or sum(rows) != array.shape[0]:
+            raise ValueError(f"reduce_scatter: counts {rows} must be {c.size} non-negative row counts "
+                             f"adding up to {array.shape[0]}")
     row = int(np.prod(array.shape[1:], dtype=np.int64))
     out = np.empty((rows[c.rank], *array.shape[1:]), array.dtype)
     c.Reduce_scatter(array, out, recvcounts=[k * row for k in rows], op=op, algorithm=algorithm)
@@ -158,8 +184,12 @@ def scatter(comm, array, root=0, algorithm="auto"):
     c = wrap(comm)
     descr, problem = np.zeros(_HEADER, np.int64), None
     if c.rank == root:
-        array = np.asarray(array, order="C")
-        descr, problem = _describe(array, c.size)
+        try:
+            array = np.asarray(array, order="C")
+        except (ValueError, TypeError) as exc:
+            descr[0], problem = -1, f"the root's array: {exc}"
+        else:
+            descr, problem = _describe(array, c.size)
     # Non-roots learn dtype and shape from the root, so they need not pass an array; a bad
     # array at the root is reported on every rank instead of leaving the others waiting.
     c.Bcast(descr, root=root)

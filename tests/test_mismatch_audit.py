@@ -102,6 +102,14 @@ def test_mismatch_raises_the_same_error_everywhere(comm, mpi_comm, case):
 # (call(c, bad), what the other ranks raise): the call is invalid on rank 0 only, which raises
 # its own error; the others must not wait for it.
 LOCAL = {
+    "functional-allreduce-out": lambda c, bad: F.allreduce(c, _ones(4), out=_zeros(5) if bad else None),
+    "functional-iallreduce-out": lambda c, bad: F.iallreduce(c, _ones(4), out=_zeros(5) if bad else None).wait(),
+    "functional-bcast-out": lambda c, bad: F.bcast(c, _ones(4), out=_zeros(5) if bad else None),
+    "functional-allgather-out": lambda c, bad: F.allgather(c, _ones(4), out=_zeros(5) if bad else None),
+    "functional-reduce-out": lambda c, bad: F.reduce(c, _ones(4), out=_zeros(5) if bad else None),
+    "functional-reduce_scatter-counts": lambda c, bad: F.reduce_scatter(
+        c, _ones(c.size), counts=[2] + [1] * (c.size - 1) if bad else None),
+    "functional-reduce_scatter-0d": lambda c, bad: F.reduce_scatter(c, np.float64(1) if bad else _ones(c.size)),
     "allreduce-unknown-algorithm-big": lambda c, bad: c.Allreduce(_ones(BIG), _zeros(BIG),
                                                                   algorithm="fastest" if bad else None),
     "allreduce-list": lambda c, bad: c.Allreduce([1.0, 2.0] if bad else _ones(2), _zeros(2)),
@@ -120,6 +128,15 @@ def test_bad_arguments_on_one_rank_raise_everywhere(comm, mpi_comm, case):
         assert "another rank" not in str(info.value)
     else:
         assert "invalid arguments on another rank" in str(info.value)
+    _works(comm, mpi_comm)
+
+
+def test_functional_scatter_of_an_unusable_root_array(comm, mpi_comm):
+    """The root's array cannot even become an ndarray (ragged rows): every rank raises."""
+    _need_two(comm)
+    with pytest.raises(ValueError, match="scatter: ") as info:
+        F.scatter(comm, [[1.0]] + [[1.0, 2.0]] * (comm.size - 1) if comm.rank == 0 else None)
+    assert ("inhomogeneous" in str(info.value)) == (comm.rank == 0)
     _works(comm, mpi_comm)
 
 
