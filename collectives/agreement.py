@@ -93,16 +93,23 @@ except ImportError:
     _native_exchange = None
 
 # Collective indices, as in collectives._engine, which runs the same agreement in C; then the
-# compressed all-reduce (collectives.compression), whose fields name its compressor (it has no
-# algorithm table: its algorithm index is always 0).
+# compressed all-reduce (collectives.compression), whose fields name its compressor, and the
+# exchange in which Reduce_scatter without counts learns every rank's count (jobs.reduce_scatter):
+# neither has an algorithm table, so their algorithm index is always 0.
 COMPRESSED = "compressed allreduce"
-COLLECTIVE_INDEX = {name: i for i, name in enumerate([*ALGORITHMS, COMPRESSED])}
+COUNTS = "reduce_scatter counts"
+COLLECTIVE_INDEX = {name: i for i, name in enumerate([*ALGORITHMS, COMPRESSED, COUNTS])}
 # The exchange in C, or its pure-Python twin (the same messages) under COLLECTIVES_PUREPYTHON=1.
 _exchange = exchange.exchange if kernels.PUREPYTHON or _native_exchange is None else _native_exchange
 
 
+class Disagreement(ValueError):
+    """The agreement's error, raised on every rank of the call: ``agreed`` passes it on as it is."""
+
+
 def agree(comm, collective, algo, error=False, payload=None, **fields):
-    """Raise the same ValueError on every rank of ``comm`` unless all passed equal ``fields``.
+    """Raise the same ValueError on every rank of ``comm`` unless all passed equal ``fields``;
+    return the agreed value of each field (a field that only one rank knows: that rank's).
 
     ``comm`` is a collectives.Comm.  A field may be None on ranks that cannot know it.
     ``algo`` is an Algorithm, ``"native"`` for a call delegated to MPI, or None with
@@ -132,10 +139,11 @@ def agree(comm, collective, algo, error=False, payload=None, **fields):
     if both[0]:
         if error:
             return
-        raise ValueError(f"{collective}: invalid arguments on another rank (it raised the details)")
+        raise Disagreement(f"{collective}: invalid arguments on another rank (it raised the details)")
     message = disagreement(collective, ["collective", "algorithm"] + list(fields), lo, hi)
     if message:
-        raise ValueError(message)
+        raise Disagreement(message)
+    return hi[2:2 + len(fields)].tolist()
 
 
 def disagreement(collective, keys, lo, hi):
@@ -165,12 +173,15 @@ def disagreement(collective, keys, lo, hi):
 def agreed(collective):
     """Decorate a job builder ``builder(comm, ...)`` so that, with ``comm.check``, a rank whose
     arguments are invalid still takes part in the agreement before raising: the others raise
-    too instead of waiting for it."""
+    too instead of waiting for it.  A builder may agree itself (Reduce_scatter learning the
+    counts): a Disagreement it raises has been raised on every rank already."""
     def decorate(builder):
         @functools.wraps(builder)
         def wrapper(comm, *args, **kwargs):
             try:
                 return builder(comm, *args, **kwargs)
+            except Disagreement:
+                raise
             except (ValueError, TypeError) as exc:
                 if not comm.check or comm.size == 1:
                     raise
@@ -184,4 +195,4 @@ def agreed(collective):
     return decorate
 
 
-__all__ = ["COLLECTIVE_INDEX", "COMPRESSED", "agree", "agreed", "disagreement"]
+__all__ = ["COLLECTIVE_INDEX", "COMPRESSED", "COUNTS", "Disagreement", "agree", "agreed", "disagreement"]

@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 
-from .agreement import agree, agreed
+from .agreement import COUNTS, agree, agreed
 from .buffers import Native, is_in_place, parse
 from .exchange import HEADER
 from .executor import BYTE, as_bytes, buffer, choose, execute, native_job, run
@@ -237,6 +237,17 @@ def allgather(comm, sendbuf, recvbuf, algorithm, vector):
     return job
 
 
+def _recvcounts(comm, n):
+    """Every rank's count of Reduce_scatter's recvbuf, ``n`` on this rank.  Checked, the
+    agreement's exchange gathers them (each rank fills in its own field): a rank in another
+    collective, or whose arguments were invalid, meets it and all raise, where MPI's Allgather
+    would leave the others waiting."""
+    if comm.check and comm.size > 1:
+        return agree(comm, COUNTS, None, **{f"count{i}": n if i == comm.rank else None
+                                            for i in range(comm.size)})
+    return comm._coll.allgather(n)
+
+
 @_job("reduce_scatter", lambda sendbuf, recvbuf, counts, op, algorithm, name:
      (name, sendbuf, recvbuf, op) if name == "Reduce_scatter_block"
      else (name, sendbuf, recvbuf, counts, op))
@@ -250,7 +261,7 @@ def reduce_scatter(comm, sendbuf, recvbuf, counts, op, algorithm, name):
         # nonblocking collective rather than run beside it on another thread, and come
         # before any check that could fail on this rank alone.
         gathered = []
-        run(comm, lambda: gathered.extend(comm._coll.allgather(n_recv)))
+        run(comm, lambda: gathered.extend(_recvcounts(comm, n_recv)))
         counts = gathered
     send = recv if in_place else parse(sendbuf, "sendbuf")[0]
     _same_dtype(send, recv, name)

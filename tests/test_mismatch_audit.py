@@ -4,8 +4,8 @@ every rank raises, none hangs, and the same Comm then still computes what native
 Rank 0 of the communicator calls differently from the others.  Complements test_errors.py
 (sizes, dtype, op and root of the blocking calls; one rank's invalid arguments) and
 test_check_overlap.py (the overlapped all-reduce): here the nonblocking forms, the
-v-variants, a call delegated to MPI on one rank only, a count of 0 on one rank, and the
-functional family.  A hang shows as the launch's timeout.
+v-variants, a call delegated to MPI on one rank only, a count of 0 on one rank,
+Reduce_scatter without counts and the functional family.  A hang shows as the launch's timeout.
 """
 import re
 
@@ -81,6 +81,15 @@ MISMATCHES = {
                           "ranks called different collectives"),
     "bcast-reduce": (lambda c, odd: c.Bcast(_zeros(BIG)) if odd else c.Reduce(_ones(BIG), _zeros(BIG)),
                      "ranks called different collectives"),
+    # Reduce_scatter without counts learns them in an exchange before its agreement
+    "reduce_scatter-allreduce": (lambda c, odd: c.Reduce_scatter(_ones(c.size), _zeros(1)) if odd
+                                 else c.Allreduce(_ones(4), _zeros(4)), "ranks called different collectives"),
+    "reduce_scatter-with-counts": (lambda c, odd: c.Reduce_scatter(_ones(c.size), _zeros(1),
+                                                                   recvcounts=None if odd else [1] * c.size),
+                                   "ranks called different collectives"),
+    "ireduce_scatter-iallreduce": (lambda c, odd: (c.Ireduce_scatter(_ones(c.size), _zeros(1)) if odd
+                                                   else c.Iallreduce(_ones(4), _zeros(4))).wait(),
+                                   "ranks called different collectives"),
     # the functional family
     "functional-count": (lambda c, odd: F.allreduce(c, _ones(4 if odd else 5)), "count ranges 4..5"),
     "functional-root": (lambda c, odd: F.gather(c, _ones(2), root=1 if odd else 0), "root ranges 0..1"),
@@ -110,6 +119,10 @@ LOCAL = {
     "functional-reduce_scatter-counts": lambda c, bad: F.reduce_scatter(
         c, _ones(c.size), counts=[2] + [1] * (c.size - 1) if bad else None),
     "functional-reduce_scatter-0d": lambda c, bad: F.reduce_scatter(c, np.float64(1) if bad else _ones(c.size)),
+    "reduce_scatter-read-only": lambda c, bad: c.Reduce_scatter(
+        _ones(c.size), np.frombuffer(bytes(8)) if bad else _zeros(1)),
+    "ireduce_scatter-read-only": lambda c, bad: c.Ireduce_scatter(
+        _ones(c.size), np.frombuffer(bytes(8)) if bad else _zeros(1)).wait(),
     "allreduce-unknown-algorithm-big": lambda c, bad: c.Allreduce(_ones(BIG), _zeros(BIG),
                                                                   algorithm="fastest" if bad else None),
     "allreduce-list": lambda c, bad: c.Allreduce([1.0, 2.0] if bad else _ones(2), _zeros(2)),
