@@ -103,6 +103,13 @@ COLLECTIVE_INDEX = {name: i for i, name in enumerate([*ALGORITHMS, COMPRESSED, C
 _exchange = exchange.exchange if kernels.PUREPYTHON or _native_exchange is None else _native_exchange
 
 
+# The field that the first Allreduce on a Comm adds to its agreement: the ranks find the nodes
+# next (collectives.node), which an Iallreduce, always flat, does not.
+FINDS_NODES = "finds_nodes"
+FINDS_NODES_DIFFER = (f"{FINDS_NODES} ranges 0..1 (a Comm's first Allreduce finds the nodes, an "
+                      "Iallreduce does not: make the first all-reduce on a Comm the same call on every rank)")
+
+
 class Disagreement(ValueError):
     """The agreement's error, raised on every rank of the call: ``agreed`` passes it on as it is."""
 
@@ -140,14 +147,14 @@ def agree(comm, collective, algo, error=False, payload=None, **fields):
         if error:
             return
         raise Disagreement(f"{collective}: invalid arguments on another rank (it raised the details)")
-    message = disagreement(collective, ["collective", "algorithm"] + list(fields), lo, hi)
-    if message:
-        raise Disagreement(message)
+    # The whole vector, not only this rank's fields: another rank's call may carry one more.
+    if (lo != hi).any():
+        raise Disagreement(disagreement(collective, ["collective", "algorithm"] + list(fields), lo, hi))
     return hi[2:2 + len(fields)].tolist()
 
 
 def disagreement(collective, keys, lo, hi):
-    """What the argument agreement reports, or None when all ranks agree: ``lo`` and ``hi``
+    """What the argument agreement reports when the ranks' vectors differ: ``lo`` and ``hi``
     are, per key, the least and greatest value over the ranks (the first two keys are the
     collective and the algorithm).  Shared by ``agree`` and the fast path's agreement."""
     if lo[0] != hi[0]:
@@ -165,8 +172,10 @@ def disagreement(collective, keys, lo, hi):
         native = ("; 'native' is MPI's own call, taken for arguments no algorithm covers"
                   if known[hi[1]] == "native" else "")
         bad[0] += f" ({known[lo[1]]}..{known[hi[1]]}{native})"
-    if not bad:
-        return None
+    # Only the agreement of a Comm's first Allreduce carries FINDS_NODES: a rank in a flat
+    # all-reduce sees no field it names differ.  Every rank names it alone, and only when
+    # nothing else differs, so that the message is the same on every rank.
+    bad = [b for b in bad if not b.startswith(FINDS_NODES)] or [FINDS_NODES_DIFFER]
     return f"{collective}: arguments differ across ranks: " + ", ".join(bad)
 
 

@@ -136,7 +136,7 @@ def allreduce(comm, sendbuf, recvbuf, op, algorithm):
     Arguments that do not pass the checks are left to the flat path, which reports them on
     every rank.
     """
-    from .agreement import agree
+    from .agreement import FINDS_NODES, agree
     from .buffers import Native, is_in_place, parse
     from .executor import run
     from .ops import check_op
@@ -159,15 +159,17 @@ def allreduce(comm, sendbuf, recvbuf, op, algorithm):
         # Every rank's first valid Allreduce on ``comm`` comes here, whatever its algorithm,
         # so every rank joins the discovery's MPI collectives.  With the check on, the ranks
         # first agree that they all are in this all-reduce, as the flat path would (with its
-        # choice of algorithm; a node-aware one is compared once chosen, below): a rank in
-        # another collective, or that left for the flat path, meets this exchange and all
-        # raise, instead of some waiting in the discovery.
+        # choice of algorithm; a node-aware one is compared once chosen, below), and that they
+        # all find the nodes next (FINDS_NODES, 0 in a flat all-reduce's agreement): a rank
+        # in another collective, or that left for the flat path (an Iallreduce, which never
+        # comes here, with the same arguments too), meets this exchange and all raise, instead
+        # of some waiting in the discovery.
         # Collective on the private communicator: queued behind pending nonblocking calls.
         def find():
             if comm.check:
                 flat = decide_for("allreduce", algorithm, comm.algorithms.get("allreduce"), comm.size, n,
                                   recv.nbytes, checked=True)[0]
-                agree(comm, "allreduce", flat, count=n, dtype=dt, op=opc)
+                agree(comm, "allreduce", flat, count=n, dtype=dt, op=opc, **{FINDS_NODES: 1})
             comm._nodes = discover(comm)
         run(comm, find)
     nodes = comm._nodes

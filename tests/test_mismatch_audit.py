@@ -5,7 +5,8 @@ Rank 0 of the communicator calls differently from the others.  Complements test_
 (sizes, dtype, op and root of the blocking calls; one rank's invalid arguments) and
 test_check_overlap.py (the overlapped all-reduce): here the nonblocking forms, the
 v-variants, a call delegated to MPI on one rank only, a count of 0 on one rank,
-Reduce_scatter without counts and the functional family.  A hang shows as the launch's timeout.
+Reduce_scatter without counts, the functional family, and a Comm's first all-reduce under
+a node layout.  A hang shows as the launch's timeout.
 """
 import re
 
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
+import collectives
 from collectives import functional as F
 
 BIG = 20000  # float64 elements: far above FUSED_BYTES, a header-only agreement
@@ -181,3 +183,25 @@ def test_calls_that_differ_in_form_only_agree(comm, mpi_comm, case):
         got = np.empty(n)
         comm.Allreduce(x, got)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("n", [64, 1 << 17], ids=["fused", "scheduled"])
+@pytest.mark.parametrize("spec", ["2x2", "2"])
+def test_first_allreduce_against_iallreduce_under_nodes(monkeypatch, spec, n):
+    """On a fresh Comm over several nodes, Allreduce finds the nodes first and Iallreduce
+    (always flat) does not: with equal arguments the two agreements must still differ, or the
+    Allreduce ranks wait in the discovery while the Iallreduce rank waits in its schedule."""
+    world = MPI.COMM_WORLD
+    if world.size < 4 or (spec == "2x2" and world.size != 4):
+        pytest.skip(f"layout {spec} needs 4 ranks (2x2) or at least 4")
+    monkeypatch.setenv("COLLECTIVES_NODE", spec)
+    with collectives.Comm(world) as c:
+        x = np.ones(n, np.float32)
+        with pytest.raises(ValueError, match="finds_nodes ranges 0..1") as info:
+            if c.rank == 0:
+                c.Iallreduce(x, np.empty_like(x)).wait()
+            else:
+                c.Allreduce(x, np.empty_like(x))
+        messages = world.allgather(str(info.value))
+        assert messages == [messages[0]] * world.size, messages
+        _works(c, world)
