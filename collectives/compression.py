@@ -97,7 +97,7 @@ from mpi4py import MPI
 from . import kernels, node
 from .agreement import COMPRESSED as AGREEMENT, agree
 from .comm import wrap
-from .executor import buffer
+from .executor import buffer, run
 from ._payload import nbuckets, sign_nbytes
 
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -495,13 +495,15 @@ def allreduce(comm, grad, compressor, state=None, average=False, report=None, ou
         result = np.empty_like(grad) if out is None else _out(out, grad)
     except (ValueError, TypeError):
         if c.check and c.size > 1:
-            agree(c, AGREEMENT, None, error=True)
+            run(c, lambda: agree(c, AGREEMENT, None, error=True))
         raise
     if c.check and c.size > 1:
         # Before any payload moves: a rank whose count (or compressor) differs would otherwise
-        # truncate a receive on one rank and leave another waiting.
-        agree(c, AGREEMENT, None, count=g.size, dtype=g.dtype.num,
-              compressor_settings=_fingerprint(compressor, average))
+        # truncate a receive on one rank and leave another waiting.  Behind the Comm's pending
+        # nonblocking collectives (``run``), whose agreements use the same exchange and tag.
+        settings = _fingerprint(compressor, average)
+        run(c, lambda: agree(c, AGREEMENT, None, count=g.size, dtype=g.dtype.num,
+                             compressor_settings=settings))
     p, rank = comm.Get_size(), comm.Get_rank()
     if state is None and compressor.error_feedback:
         state = ErrorFeedback()

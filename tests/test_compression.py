@@ -359,3 +359,18 @@ def test_one_rank_with_bad_arguments_makes_every_rank_raise(comm):
         allreduce(comm, g, "int8")
     with pytest.raises(ValueError, match="unknown compressor 'bogus'" if comm.rank == comm.size - 1 else "invalid arguments"):
         allreduce(comm, np.ones(8, np.float32), "bogus" if comm.rank == comm.size - 1 else "int8")
+
+
+def test_behind_a_pending_nonblocking_collective(comm):
+    """A compressed all-reduce issued while an Iallreduce is pending on the same Comm agrees
+    after it, not beside it on another thread: both agreements use the same exchange and tag."""
+    p = comm.size
+    x = np.arange(50000, dtype=np.float64) + comm.rank
+    want = np.arange(50000, dtype=np.float64) * p + p * (p - 1) // 2
+    for step in range(10):
+        out = np.empty_like(x)
+        req = comm.Iallreduce(x, out)
+        got, _ = allreduce(comm, grad(comm.rank, 64, step, np.float32), "none")
+        req.wait()
+        np.testing.assert_array_equal(out, want)
+        assert np.allclose(got, sum(grad(r, 64, step, np.float32) for r in range(p)), rtol=1e-5)
