@@ -65,10 +65,10 @@ then costs about the latency of the first step, not a round trip more.  It stays
   leading sends are synchronous, so a completed one has been matched.  Each rank cancels its
   unmatched leading receives (if any), then receives and discards every message on the
   all-reduce's tag (the only schedule that overlaps; point-to-point traffic on its own tags
-  stays) until its own sends complete, then through a first barrier: when that completes, every rank's
-  sends have matched, so none of the call's messages is left in flight.  A second barrier,
-  passed without receiving, keeps a rank that left the first from starting its next call
-  (whose messages a slower rank, still draining, would otherwise take).
+  stays) until its own sends complete, then through a first barrier: when that completes,
+  every rank's sends have matched, so none of the call's messages is left in flight.  A
+  second barrier, passed without receiving, keeps a rank that left the first from starting
+  its next call (whose messages a slower rank, still draining, would otherwise take).
 
 The Python jobs and the pure-Python executor keep the sequential order (no overlap: their
 per-call cost is not where the check matters); they settle the same way on a mismatch
