@@ -41,9 +41,20 @@ send-receive row split into them) starts before the exchange, then the exchange 
 that data moves, and the rest of the schedule runs only once the fold has agreed: the check
 then costs about the latency of the first step, not a round trip more.  It stays safe:
 
-* Receives are posted with this rank's own sizes: a longer message is truncated by MPI (an
-  error), never written past the buffer; a short one or a truncation only matters if the
-  fold agreed, and it cannot then, since the counts, dtype and algorithm are in it.
+* Receives are posted with this rank's own sizes, so a disagreeing peer's longer message is
+  truncated (an error, which ``settle`` absorbs); a short one or a truncation only matters
+  if the fold agreed, and it cannot then, since the counts, dtype and algorithm are in it.
+  That is safe only where MPI keeps a truncated message within the receive buffer, which
+  MPICH does: there (``executor.EARLY_RECEIVES``) the leading receives start before the
+  exchange.  Open MPI 5.0.11's ob1 writes a truncated rendezvous message past the buffer's
+  end (the evidence is at EARLY_RECEIVES; before this rule it corrupted the heap behind the
+  scratch buffer and the next call aborted), so under Open MPI, and any MPI not known to be
+  safe, only the leading sends start before the exchange and their receives are posted once
+  it agrees: no receive then meets a message of another size.  The overlap there hides the
+  start of the sends (an eager message's transfer, a rendezvous message's handshake), not
+  the whole first step; what that saves under Open MPI has not been measured.  So the
+  overlap runs under every MPI: sends and receives under MPICH (tested: 5.0.2), sends only
+  under any other (tested: Open MPI 5.0.11).
 * No leading receive lands in a buffer that carries input (scratch, or the output when it
   is apart from the input), nothing is combined, and an algorithm that would copy the input
   to the output first gets the copy as a row after the leading ones (whose sends read the
@@ -52,12 +63,12 @@ then costs about the latency of the first step, not a round trip more.  It stays
 * A mismatch leaves no request and no message behind (``_engine.settle``, run by every rank
   whose exchange disagreed, which is every rank of the call, whatever path it took).  The
   leading sends are synchronous, so a completed one has been matched.  Each rank cancels its
-  unmatched leading receives, then receives and discards every message on the all-reduce's
-  tag (the only schedule that overlaps; point-to-point traffic on its own tags stays) until
-  its own sends complete, then through a first barrier: when that completes, every rank's
-  sends have matched, so none of the call's messages is left in flight.  A second barrier,
-  passed without receiving, keeps a rank that left the first from starting its next call
-  (whose messages a slower rank, still draining, would otherwise take).
+  unmatched leading receives (if any), then receives and discards every message on the
+  all-reduce's tag (the only schedule that overlaps; point-to-point traffic on its own tags
+  stays) until its own sends complete, then through a first barrier: when that completes,
+  every rank's sends have matched, so none of the call's messages is left in flight.  A
+  second barrier, passed without receiving, keeps a rank that left the first from starting
+  its next call (whose messages a slower rank, still draining, would otherwise take).
 
 The Python jobs and the pure-Python executor keep the sequential order (no overlap: their
 per-call cost is not where the check matters); they settle the same way on a mismatch

@@ -33,10 +33,16 @@ except ImportError:
     _native_execute = None
 
 NATIVE = _native_execute is not None and not kernels.PUREPYTHON
-# The all-reduce's first step beside the checked exchange (``leading``) is verified on MPICH
-# only: under Open MPI 5.0 a mismatch after an overlapped first step crashed the next call
-# (tests/test_check_overlap.py), so there the exchange runs before the schedule.
-OVERLAP = MPI.Get_library_version().startswith("MPICH")
+# Whether the all-reduce's overlapped first step (``leading``) may post its receives before the
+# checked exchange agrees.  A disagreeing peer may then send a longer message, which MPI
+# truncates (MPI_ERR_TRUNCATE): MPICH 5.0.2 keeps it within the receive buffer, but Open MPI
+# 5.0.11's ob1 writes a truncated rendezvous message past the buffer's end (in plain mpi4py
+# at np=2, 8 KB into 4 KB and 160 KB into 80 KB overwrote everything after the buffer, over
+# shared memory and over TCP; not over shared memory with OMPI_MCA_smsc=^cma).  That
+# corrupted the heap behind the scratch buffer and the next call aborted.  Elsewhere only the
+# sends start early and the receives are posted once the exchange agrees.
+# tests/test_check_overlap.py checks the MPI's truncation wherever this is on.
+EARLY_RECEIVES = MPI.Get_library_version().startswith("MPICH")
 
 # One tag per collective on the private communicator.
 TAG = {name: SCHEDULE_TAG + i for i, name in enumerate(ALGORITHMS)}
@@ -138,21 +144,23 @@ def plan_fast(comm, collective, algorithm, count, nbytes, uniform, args, op=None
     lead, copied = 0, False
     # Fast.allreduce alone overlaps the checked exchange, above the fused sizes whose exchange
     # is the whole collective.
-    if OVERLAP and collective == "allreduce" and nbytes > FUSED_BYTES:
-        steps, lead, copied = leading(steps, apart, 0 if algo.reads_in or not apart else count)
+    if collective == "allreduce" and nbytes > FUSED_BYTES:
+        steps, lead, copied = leading(steps, apart, 0 if algo.reads_in or not apart else count,
+                                      EARLY_RECEIVES)
     return (steps, tmp_count, nreq, algo.reads_in or copied, algo.name, index, -1, lead)
 
 
-def leading(steps, apart, copy):
+def leading(steps, apart, copy, receives=True):
     """(steps, lead, copied) for an all-reduce whose exchange runs after its first ``lead``
     rows, receives and sends, have started (collectives.agreement's "Overlap").
 
-    A first send-receive row is split into its receive, send and wait rows.  The leading rows
-    count only if no receive lands in a buffer carrying input (the all-reduce's ACC and OUT
-    do not when ``apart``).  ``copy`` > 0: the caller would copy that many elements from IN
-    to ACC before the schedule; the copy becomes a row after the leading ones, which send
-    from IN instead and receive into TMP only, so that nothing is written before the
-    exchange agrees (``copied``: the schedule itself then reads IN).
+    A first send-receive row is split into its receive, send and wait rows.  Without
+    ``receives`` (EARLY_RECEIVES) the first rows' sends move ahead of their receives and lead
+    alone.  The leading rows count only if no receive lands in a buffer carrying input (the
+    all-reduce's ACC and OUT do not when ``apart``).  ``copy`` > 0: the caller would copy
+    that many elements from IN to ACC before the schedule; the copy becomes a row after the
+    leading ones, which send from IN instead and receive into TMP only, so that nothing is
+    written before the exchange agrees (``copied``: the schedule itself then reads IN).
     """
     steps = np.asarray(steps)
     if len(steps) and steps[0, 0] == SENDRECV:
@@ -164,6 +172,11 @@ def leading(steps, apart, copy):
     lead = 0
     while lead < len(steps) and steps[lead, 0] in (ISEND, IRECV):
         lead += 1
+    if not receives:
+        head = steps[:lead]
+        sends = head[:, 0] == ISEND
+        steps = np.concatenate([head[sends], head[~sends], steps[lead:]])
+        lead = int(sends.sum())
     safe = (TMP, ACC, OUT) if apart and not copy else (TMP,)
     if lead == 0 or any(r[0] == IRECV and r[5] not in safe for r in steps[:lead]):
         return steps, 0, False
