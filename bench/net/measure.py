@@ -259,7 +259,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--label", default="local", help="result name: bench/results/net_<label>.json")
     parser.add_argument("--budget", type=float, default=3.0, help="seconds per message size")
-    parser.add_argument("--pingpong-reps", type=int, default=20)
+    # 40: the in-burst rate is a slope through medians 4 KiB .. 128 KiB apart, and at 20
+    # samples those medians moved +-50 us between neighbouring sizes in a loaded launch.
+    parser.add_argument("--pingpong-reps", type=int, default=40, help="samples per link-fit size")
     parser.add_argument("--layout-only", action="store_true", help="only check the node layout")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
