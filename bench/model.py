@@ -13,8 +13,15 @@ and projected to large rank counts.
   measured p50 and min beside ``cost(p, n, alpha, beta, gamma)`` from its module, and the errors.
 * Testbed (``predict``, run by bench/net/model_check.py): each algorithm's own schedule walked
   over a node map, with shared memory within a node, links shared by the messages of a step
-  and the links' token bucket, plus the call's fixed cost timed at a small size in the same
-  launch (the comment above ``Links``).
+  and the links' token bucket, plus the call's fixed cost (the comment above ``Links``).
+  Parameters (``Links``, ``fixed_cost``), each from bench/net/measure.py in the launch whose
+  all-reduce cells it predicts, none from those cells (model_check.py's docstring says how):
+  intra-node alpha and beta, from every node's shared-memory exchange at once; inter-node
+  alpha, from a train of exchanges across the shaped link; inter-node beta, from the
+  exchange's largest sizes, beyond the burst; the in-burst beta, per message, from the
+  exchange's slope over 4 KiB .. half the burst; the burst, testbed.sh's tbf setting; gamma,
+  the sum kernel on every rank at once; each algorithm's fixed cost, its own call timed at
+  4 KiB less the walk's time there.
 * Project: per collective, the algorithm of least predicted time and that time at 64 .. 4096
   ranks for two interconnects (100 Gbit/s with 1.5 us, 25 Gbit/s with 5 us; gamma stays this
   machine's), the sizes where the choice changes, beside MPICH's published thresholds.
