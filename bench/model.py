@@ -19,7 +19,7 @@ and projected to large rank counts.
   intra-node alpha and beta, from every node's shared-memory exchange at once; inter-node
   alpha, from a train of exchanges across the shaped link; inter-node beta, from the
   exchange's largest sizes, beyond the burst; the in-burst beta, per message, from the
-  exchange's slope over 4 KiB .. half the burst; the burst, testbed.sh's tbf setting; gamma,
+  exchange's slope over 4 KiB .. the burst; the burst, testbed.sh's tbf setting; gamma,
   the sum kernel on every rank at once; each algorithm's fixed cost, its own call timed at
   4 KiB less the walk's time there.
 * Project: per collective, the algorithm of least predicted time and that time at 64 .. 4096

@@ -14,11 +14,13 @@ Parameters, all from the file (the same launch as the cells, none from the cells
   to back up to 8 KiB, as a schedule's steps run, no Barrier skew; older files: through the
   single exchanges up to half the burst);
 * the in-burst beta, per message (bench/model.py, the comment above ``Links``): the slope of a
-  least-squares line through the single exchanges from IN_BURST_FROM to half the burst, the
-  sizes of the 64 KiB cells' steps, kept within 0 .. beta.  The train's slope is no rate: in
-  one quiet launch its times were 32, 60, 74 and 67 us at 8 B, 512 B, 4 KiB and 8 KiB, a
-  slope of 3.2 ns/B that is the step up from 8 B, where the single exchanges rose 2.0 ns/B
-  from 4 KiB to 128 KiB;
+  least-squares line through the single exchanges from IN_BURST_FROM to the burst (one
+  message each way on each link, so the bucket holds all of it), the sizes of the 64 KiB
+  cells' steps, kept within 0 .. beta.  Up to half the burst the line rested on 4 .. 64 KiB
+  and one noisy 64 KiB median made it 5.1 ns/B in a launch where it was 0.9-1.8 in the others;
+  with 128 KiB it was 0.9-2.3 over six quiet launches.  The train's slope is no rate: in one
+  quiet launch its times were 32, 60, 74 and 67 us at 8 B, 512 B, 4 KiB and 8 KiB, a slope of
+  3.2 ns/B that is the step up from 8 B;
 * intra-node alpha and beta: measure.py's exchange in shared memory on every node at once
   (the node-aware phases run so, all ranks on the shared cores; older files: the ping-pong;
   none on 1-rank nodes), alpha from its train if there is one;
@@ -63,7 +65,7 @@ def links_of(result, gamma):
         return Links(intra, intra, gamma)
     beta = fits[EXCHANGE]["beta_s_per_byte"]
     alpha = line(fits, EXCHANGE, fits[EXCHANGE])[1]
-    fast = fitted_line(fits[EXCHANGE]["one_way_us"], IN_BURST_FROM, BURST // 2)[0]
+    fast = fitted_line(fits[EXCHANGE]["one_way_us"], IN_BURST_FROM, BURST)[0]
     return Links(intra, (alpha, beta), gamma, BURST, min(fast, beta))
 
 
