@@ -17,8 +17,8 @@ Parameters, all from the file (the same launch as the cells, none from the cells
   least-squares line through the single exchanges from IN_BURST_FROM to the burst (one
   message each way on each link, so the bucket holds all of it), the sizes of the 64 KiB
   cells' steps, kept within 0 .. beta.  Up to half the burst the line rested on 4 .. 64 KiB
-  and one noisy 64 KiB median made it 5.1 ns/B in a launch where it was 0.9-1.8 in the others;
-  with 128 KiB it was 0.9-2.3 over six quiet launches.  The train's slope is no rate: in one
+  and one noisy 64 KiB median made it 5.1 ns/B in one launch against 0.6-1.8 in four others;
+  with 128 KiB it was 0.9-1.7 ns/B in the same five.  The train's slope is no rate: in one
   quiet launch its times were 32, 60, 74 and 67 us at 8 B, 512 B, 4 KiB and 8 KiB, a slope of
   3.2 ns/B that is the step up from 8 B;
 * intra-node alpha and beta: measure.py's exchange in shared memory on every node at once
