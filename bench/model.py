@@ -13,7 +13,15 @@ and projected to large rank counts.
   measured p50 and min beside ``cost(p, n, alpha, beta, gamma)`` from its module, and the errors.
 * Testbed (``predict``, run by bench/net/model_check.py): each algorithm's own schedule walked
   over a node map, with shared memory within a node, links shared by the messages of a step
-  and the links' token bucket (the comment above ``Links``).
+  and the links' token bucket, plus the call's fixed cost (the comment above ``Links``).
+  Parameters (``Links``, ``fixed_cost``), each from bench/net/measure.py in the launch whose
+  all-reduce cells it predicts, none from those cells (model_check.py's docstring says how):
+  intra-node alpha and beta, from every node's shared-memory exchange at once; inter-node
+  alpha, from a train of exchanges across the shaped link; inter-node beta, from the
+  exchange's largest sizes, beyond the burst; the in-burst beta, per message, from the
+  exchange's slope over 4 KiB .. the burst; the burst, testbed.sh's tbf setting; gamma,
+  the sum kernel on every rank at once; each algorithm's fixed cost, its own call timed at
+  4 KiB less the walk's time there.
 * Project: per collective, the algorithm of least predicted time and that time at 64 .. 4096
   ranks for two interconnects (100 Gbit/s with 1.5 us, 25 Gbit/s with 5 us; gamma stays this
   machine's), the sizes where the choice changes, beside MPICH's published thresholds.
@@ -220,11 +228,22 @@ def main(argv=None):
 #                                   + gamma x bytes it combines or copies in that level)
 #   message time = intra-node alpha + (bytes the sender puts in shared memory this level)
 #                  x intra-node beta, on one node;
-#                = inter-node alpha + (bytes crossing the busier of the two links it uses,
-#                  the sender node's uplink and the receiver node's downlink, this level)
-#                  x inter-node beta, between nodes (tbf shapes each link in each direction);
-#                  the bytes a link's token bucket still holds (tbf's burst, refilled at the
-#                  link rate while the levels run) go at the fast beta instead.
+#                = inter-node alpha + the longer of (its own bytes x the in-burst beta) and
+#                  (bytes crossing the busier of the two links it uses, the sender node's
+#                  uplink and the receiver node's downlink, this level, less what that link's
+#                  token bucket still holds) x inter-node beta, between nodes (tbf shapes each
+#                  link in each direction; its bucket holds the burst and refills at the link
+#                  rate while the levels run).  Within the bucket tbf does not hold packets
+#                  back: a message then costs what the two ends' TCP stacks take for its own
+#                  bytes, in parallel with the other messages on the link (measured: two
+#                  pairs exchanging 64 KiB across one link at once take as long as one pair,
+#                  0.20 against 0.19 ms; from 1 MiB they take twice as long).
+#
+# A call also has a fixed cost the walk leaves out: the Python and Cython entry, argument
+# handling, the node-aware algorithms' three phase calls and their wrapper, and the latency of
+# oversubscribed ranks (4 on 2 cores) to answer each other beyond the fitted alpha.  It does not
+# depend on the size, so ``fixed_cost`` takes it from the same launch's timing of the same call
+# at a small size (measure.py times every algorithm at 4 KiB), where it is most of the time.
 #
 # The node-aware all-reduces (collectives.node) are the same walk over the concatenated
 # schedules of their phases on the node and lane communicators, each phase the algorithm
@@ -236,7 +255,8 @@ class Links:
 
     The testbed's tbf lets a burst through at the speed of the TCP stack and refills it at the
     link rate (1/beta); every link starts full (measure.py leaves the links idle before each
-    sample).  burst 0 is a plain alpha-beta link.
+    sample).  ``fast`` is per message: the messages sharing a link within its burst do not
+    slow each other (the comment above).  burst 0 is a plain alpha-beta link.
     """
 
     def __init__(self, intra, inter, gamma, burst=0, fast=0.0):
@@ -378,8 +398,8 @@ def levels(ranks):
 
 def walk(ranks, node_of, links):
     """Predicted seconds of the rounds ``ranks`` ({rank: rounds}) with rank r on node
-    ``node_of[r]`` under ``links`` (the level sum of the comment above; a link's bytes within
-    its token bucket go at links.fast, the rest at the inter-node beta)."""
+    ``node_of[r]`` under ``links`` (the level sum of the comment above: a message's own bytes
+    at links.fast, or its link's bytes beyond the token bucket at the inter-node beta)."""
     level = levels(ranks)
     at_level = [[] for _ in range(1 + max((max(row) for row in level.values() if row), default=-1))]
     for r, rows in ranks.items():
@@ -395,14 +415,15 @@ def walk(ranks, node_of, links):
                 for key in _uses(r, q, node_of):
                     load[key] = load.get(key, 0) + nbytes
         wire = {key: (links.intra[1] * n if key[0] == "shm" else
-                      max(n * links.fast, (n - tokens.setdefault(key, links.burst)) * beta))
+                      (n - tokens.setdefault(key, links.burst)) * beta)
                 for key, n in load.items()}
         messages, local = {}, {}  # rank -> its slowest message, its bytes combined or copied
         for r, (sends, _, nbytes) in entries:
             local[r] = local.get(r, 0) + nbytes
-            for q, _ in sends:
+            for q, size in sends:
                 keys = _uses(r, q, node_of)
-                t = (links.intra[0] if keys[0][0] == "shm" else alpha) + max(wire[key] for key in keys)
+                t = (links.intra[0] + wire[keys[0]] if keys[0][0] == "shm" else
+                     alpha + max(size * links.fast, *(wire[key] for key in keys)))
                 for end in (r, q):
                     messages[end] = max(messages.get(end, 0), t)
         took = max((messages.get(r, 0) + links.gamma * local.get(r, 0) for r in messages.keys() | local.keys()),
@@ -420,7 +441,15 @@ def _uses(r, q, node_of):
     return [("shm", r)] if x == y else [("up", x), ("down", y)]
 
 
-def predict(name, nodes, k, nbytes, links, itemsize=4):
-    """Predicted seconds of all-reduce algorithm ``name`` over ``nbytes`` on ``nodes`` x ``k``."""
+def predict(name, nodes, k, nbytes, links, itemsize=4, fixed=0.0):
+    """Predicted seconds of all-reduce algorithm ``name`` over ``nbytes`` on ``nodes`` x ``k``,
+    plus the call's ``fixed`` cost (``fixed_cost``)."""
     ranks = allreduce_rounds(name, nodes, k, nbytes // itemsize, itemsize)
-    return walk(ranks, [r // k for r in range(nodes * k)], links)
+    return walk(ranks, [r // k for r in range(nodes * k)], links) + fixed
+
+
+def fixed_cost(name, nodes, k, small, measured, links, itemsize=4):
+    """Seconds of an all-reduce call of algorithm ``name`` that the walk leaves out (the
+    comment above ``Links``): ``measured``, the call's time at ``small`` bytes, less the walk's
+    time there."""
+    return measured - predict(name, nodes, k, small, links, itemsize)

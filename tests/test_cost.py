@@ -145,6 +145,33 @@ def test_token_bucket_by_hand():
     assert walk(small, [0, 1], _links(0.0, burst, fast)) == pytest.approx(IA + 4096 * fast)
 
 
+def test_token_bucket_is_per_message_within_the_burst():
+    from bench.model import walk
+
+    burst, fast, n = 256 << 10, 1e-9, 64 << 10
+    # Two pairs across one link (ranks 0, 1 on node 0; 2, 3 on node 1): within the bucket each
+    # message pays its own bytes at the fast rate, in parallel, not the link's 2 n.
+    pairs = {0: [[[(2, n)], [(2, n)], 0]], 2: [[[(0, n)], [(0, n)], 0]],
+             1: [[[(3, n)], [(3, n)], 0]], 3: [[[(1, n)], [(1, n)], 0]]}
+    node_of = [0, 0, 1, 1]
+    assert walk(pairs, node_of, _links(0.0, burst, fast)) == pytest.approx(IA + n * fast)
+    # Beyond the bucket the link's bytes queue: 2 n less the burst at the link rate.
+    big = 1 << 20
+    pairs = {r: [[[(q, big)], [(q, big)], 0]] for r, q in ((0, 2), (2, 0), (1, 3), (3, 1))}
+    assert walk(pairs, node_of, _links(0.0, burst, fast)) == pytest.approx(IA + (2 * big - burst) * IB)
+
+
+def test_fixed_cost_by_hand():
+    from bench.model import fixed_cost, predict
+
+    small, n, measured = 4096, 1 << 20, 1e-3
+    # The ring on 2 x 2 (test_ring_on_two_nodes_of_two_by_hand): 6 steps of a quarter each.
+    ring = lambda size: 6 * (IA + size / 4 * IB) + 3 * size / 4 * G  # noqa: E731
+    fixed = fixed_cost("allreduce_ring", 2, 2, small, measured, _links())
+    assert fixed == pytest.approx(measured - ring(small))
+    assert predict("allreduce_ring", 2, 2, n, _links(), fixed=fixed) == pytest.approx(ring(n) + measured - ring(small))
+
+
 def test_unmatched_schedules_are_refused():
     from bench.model import walk
 

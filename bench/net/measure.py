@@ -15,9 +15,11 @@ Run by bench/net/bench_net.sh on the emulated cluster (testbed.sh); it also runs
    messages share each direction of the two nodes' links (the cost model's sharing term);
    with several ranks per node, the first two ranks of every node exchanging at once in
    shared memory (as the node-aware phases do, all nodes at once on the shared cores).
-   Each exchange also as a train of TRAIN back to back at up to 8 KiB, for the start-up and
-   the in-burst time per byte of a schedule's steps (no Barrier skew between them).
+   Each exchange also as a train of TRAIN back to back at up to 8 KiB, for the start-up of a
+   schedule's steps (no Barrier skew between them).
    gamma: the float32 sum kernel on every rank at once (see kernel_gamma).
+   Fixed costs: every algorithm forced by name (as in 3.) at FIXED_BYTES, timed as the cells
+   are (see fixed_costs): the model's size-independent cost of each call.
 3. Allreduce of float32 at 64 KiB, 1 MiB, 4 MiB, 16 MiB: native ``Allreduce``, our default
    ``collectives.Comm(comm)`` and a few algorithms forced by name (check off; the node-aware
    ones only where they apply: several nodes, several ranks per node), interleaved:
@@ -50,6 +52,10 @@ PINGPONG_SIZES = (8, 64, 512, 4096, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256
 # at 1 Gbit/s, so every sample starts with full buckets instead of what the one before left.
 GAP = 0.005
 TRAIN, TRAIN_SIZES = 16, (8, 512, 4096, 8192)  # 16 x 8 KiB stays within the burst
+# The calls timed for each algorithm's fixed cost: 4 KiB (1 KiB blocks at 4 ranks, so every
+# schedule runs all its steps with messages in them), 16x below the smallest cell predicted;
+# 60 samples each, about 2 s a launch.
+FIXED_BYTES, FIXED_REPS = 4096, 60
 
 
 def idle(seconds):
@@ -168,9 +174,9 @@ def exact_input(comm, count):
     return of(comm.rank), sum(of(r).astype(np.float64) for r in range(comm.size)).astype(np.float32)
 
 
-def contenders(comm):
-    """Name -> callable(send, recv) for every Allreduce timed."""
-    ours = collectives.Comm(comm, check=False)
+def contenders(comm, ours):
+    """Name -> callable(send, recv) for every Allreduce timed; ``ours``: the collectives.Comm
+    (check off) that runs the forced algorithms."""
     default = collectives.Comm(comm)
     out = {"native": comm.Allreduce, "ours default": default.Allreduce}
     info = layout(comm)
@@ -180,9 +186,30 @@ def contenders(comm):
     return out
 
 
-def allreduce(comm, budget):
+def fixed_costs(comm, ours, reps):
+    """Median seconds of each forced algorithm's Allreduce of FIXED_BYTES of float32, timed as
+    the cells are (interleaved, slowest rank after GAP and a Barrier; native and the default
+    are not modelled): calls whose size hardly matters, from which model_check.py takes each
+    call's fixed cost."""
+    send = np.ones(FIXED_BYTES // 4, np.float32)
+    recv = np.empty_like(send)
+    calls = {name: call for name, call in contenders(comm, ours).items() if name not in ("native", "ours default")}
+    names = list(calls)
+    samples = {name: [] for name in names}
+    for rep in range(reps):
+        for i in range(len(names)):
+            name = names[(i + rep) % len(names)]
+            idle(GAP)
+            comm.Barrier()
+            start = time.perf_counter()
+            calls[name](send, recv)
+            samples[name].append(comm.allreduce(time.perf_counter() - start, MPI.MAX))
+    return {name: float(np.median(s)) for name, s in samples.items()}
+
+
+def allreduce(comm, ours, budget):
     """Median seconds per contender and size, interleaved; raises on a wrong result."""
-    calls = contenders(comm)
+    calls = contenders(comm, ours)
     names = list(calls)
     medians = {}
     for nbytes in SIZES:
@@ -232,7 +259,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--label", default="local", help="result name: bench/results/net_<label>.json")
     parser.add_argument("--budget", type=float, default=3.0, help="seconds per message size")
-    parser.add_argument("--pingpong-reps", type=int, default=20)
+    # 40: the in-burst rate is a slope through medians 4 KiB .. 128 KiB apart, and at 20
+    # samples those medians moved +-50 us between neighbouring sizes in a loaded launch.
+    parser.add_argument("--pingpong-reps", type=int, default=40, help="samples per link-fit size")
     parser.add_argument("--layout-only", action="store_true", help="only check the node layout")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
@@ -244,7 +273,9 @@ def main():
     load = [os.getloadavg()[0]]
     fits = link_fits(comm, info, args.pingpong_reps)
     gamma = kernel_gamma(comm)
-    medians = allreduce(comm, args.budget)
+    ours = collectives.Comm(comm, check=False)
+    fixed = fixed_costs(comm, ours, FIXED_REPS)
+    medians = allreduce(comm, ours, args.budget)
     load.append(os.getloadavg()[0])
     if comm.rank == 0:
         print(report(info, fits, medians), flush=True)
@@ -253,6 +284,7 @@ def main():
         print(f"gamma (float32 sum on every rank at once, 16 MiB): {gamma * 1e9:.3f} ns/B", flush=True)
         result = {"label": args.label, "layout": info, "links": fits, "gamma_s_per_byte": gamma,
                   "load_average_1min": load,
+                  "fixed_cost_calls": {"bytes": FIXED_BYTES, "median_s": fixed},
                   "allreduce_median_s": {str(k): v for k, v in medians.items()},
                   "environment": {k: v for k, v in os.environ.items()
                                   if k.startswith(("MPIR_CVAR", "FI_", "TESTBED_"))}}

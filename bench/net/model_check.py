@@ -5,20 +5,31 @@
 Run by bench_net.sh on the host after each measure.py launch.  Each algorithm's time is
 bench/model.py's ``predict``: its own schedule walked over the node map, so steps within a
 node pay the shared-memory alpha and beta and the messages of one step that leave or enter a
-node share that node's link, through tbf's token bucket.  Parameters, from the file:
+node share that node's link, through tbf's token bucket; plus the call's fixed cost.
+Parameters, all from the file (the same launch as the cells, none from the cells themselves):
 
 * inter-node beta: measure.py's exchange across the shaped link (Sendrecv both ways at once,
   the step every schedule takes), from its two largest sizes, beyond the burst;
-* inter-node alpha and the fast beta within the burst: a least-squares line through the
-  exchange's train (back to back up to 8 KiB, as a schedule's steps run, no Barrier skew;
-  older files: through the single exchanges up to half the burst), the slope kept within
-  0 .. beta;
+* inter-node alpha: the intercept of a least-squares line through the exchange's train (back
+  to back up to 8 KiB, as a schedule's steps run, no Barrier skew; older files: through the
+  single exchanges up to half the burst);
+* the in-burst beta, per message (bench/model.py, the comment above ``Links``): the slope of a
+  least-squares line through the single exchanges from IN_BURST_FROM to the burst (one
+  message each way on each link, so the bucket holds all of it), the sizes of the 64 KiB
+  cells' steps, kept within 0 .. beta.  Up to half the burst the line rested on 4 .. 64 KiB
+  and one noisy 64 KiB median made it 5.1 ns/B in one launch against 0.6-1.8 in four others;
+  with 128 KiB it was 0.9-1.7 ns/B in the same five.  The train's slope is no rate: in one
+  quiet launch its times were 32, 60, 74 and 67 us at 8 B, 512 B, 4 KiB and 8 KiB, a slope of
+  3.2 ns/B that is the step up from 8 B;
 * intra-node alpha and beta: measure.py's exchange in shared memory on every node at once
   (the node-aware phases run so, all ranks on the shared cores; older files: the ping-pong;
   none on 1-rank nodes), alpha from its train if there is one;
 * the burst: testbed.sh's ``tbf ... burst 256kb`` in payload bytes;
 * gamma: measure.py's float32 sum kernel on every rank at once (bench/model.py's fit_gamma,
-  one process here, for older files without it).
+  one process here, for older files without it);
+* each algorithm's fixed cost (bench/model.py's ``fixed_cost``): its time measured at 4 KiB in
+  the same launch (measure.py's fixed_costs, 16x below the smallest cell predicted) less the
+  walk's time there with the parameters above; 0 for older files without those calls.
 
 Prints, per algorithm and size of 64 KiB and more, predicted and measured median ms and the
 error (predicted / measured - 1), then the model's time for measure.py's concurrent exchanges
@@ -33,11 +44,12 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from bench.model import LARGE, Links, fit_gamma, predict, walk  # noqa: E402  (the repository root is put on sys.path just above)
+from bench.model import LARGE, Links, fit_gamma, fixed_cost, predict, walk  # noqa: E402  (the repository root is put on sys.path just above)
 
 # testbed.sh's tbf burst (256kb: KiB in tc's units) as TCP payload: a 1500-byte MTU frame of
 # 1514 bytes on the wire carries 1448 bytes (timestamps on).
 BURST = (256 << 10) * 1448 // 1514
+IN_BURST_FROM = 4096
 EXCHANGE = "inter-node exchange"
 SHARED = "inter-node exchange, {k} pairs on one link"
 INTRA = "intra-node exchange, every node at once"
@@ -52,7 +64,8 @@ def links_of(result, gamma):
     if EXCHANGE not in fits:
         return Links(intra, intra, gamma)
     beta = fits[EXCHANGE]["beta_s_per_byte"]
-    fast, alpha = line(fits, EXCHANGE, fits[EXCHANGE])
+    alpha = line(fits, EXCHANGE, fits[EXCHANGE])[1]
+    fast = fitted_line(fits[EXCHANGE]["one_way_us"], IN_BURST_FROM, BURST)[0]
     return Links(intra, (alpha, beta), gamma, BURST, min(fast, beta))
 
 
@@ -60,8 +73,13 @@ def line(fits, name, fallback):
     """(s/byte, s) of a least-squares line through pattern ``name``'s train in ``fits`` (any
     length), else through ``fallback``'s times up to half the burst; both kept >= 0."""
     train = next((f for key, f in fits.items() if key.startswith(f"{name}, train of ")), None)
-    times = (train or fallback)["one_way_us"]
-    points = [(int(n), t * 1e-6) for n, t in times.items() if int(n) <= BURST // 2]
+    return fitted_line((train or fallback)["one_way_us"], 0, BURST // 2)
+
+
+def fitted_line(one_way_us, low, high):
+    """(s/byte, s) of a least-squares line through the times ``one_way_us`` ({bytes: us}) of
+    ``low`` .. ``high`` bytes; both kept >= 0."""
+    points = [(int(n), t * 1e-6) for n, t in one_way_us.items() if low <= int(n) <= high]
     slope, intercept = np.polyfit(*zip(*points), 1)
     return max(slope, 0.0), max(intercept, 0.0)
 
@@ -84,6 +102,9 @@ def main():
         result = json.load(f)
     nodes, k = result["layout"]["nodes"], result["layout"]["ranks_per_node"]
     links = links_of(result, result["gamma_s_per_byte"] if "gamma_s_per_byte" in result else fit_gamma())
+    calls = result.get("fixed_cost_calls", {"bytes": 0, "median_s": {}})
+    fixed = {name: fixed_cost(f"allreduce_{name}", nodes, k, calls["bytes"], t, links)
+             for name, t in calls["median_s"].items()}
     rows = []
     for size, medians in result["allreduce_median_s"].items():
         nbytes = int(size)
@@ -92,13 +113,16 @@ def main():
         for name, measured in medians.items():
             if name.startswith(("native", "ours")):
                 continue
-            predicted = predict(f"allreduce_{name}", nodes, k, nbytes, links)
+            predicted = predict(f"allreduce_{name}", nodes, k, nbytes, links, fixed=fixed.get(name, 0.0))
             rows.append(dict(algorithm=name, bytes=nbytes, predicted_s=predicted, measured_s=measured,
                              error=predicted / measured - 1))
     (a, b), (big_a, big_b) = links.intra, links.inter
     print(f"model ({result['label']}, {nodes} nodes x {k}): intra alpha {a * 1e6:.1f} us beta {b * 1e9:.3f} ns/B; "
           f"inter alpha {big_a * 1e6:.1f} us beta {big_b * 1e9:.3f} ns/B, burst {links.burst} B at "
           f"{links.fast * 1e9:.3f} ns/B; gamma {links.gamma * 1e9:.3f} ns/B")
+    if fixed:
+        print(f"fixed cost per call, ms (measured at {calls['bytes']} B less the walk there): "
+              + ", ".join(f"{name} {t * 1e3:.3f}" for name, t in fixed.items()))
     print("| algorithm | size | predicted ms | measured ms | error |\n|---|---:|---:|---:|---:|")
     for r in rows:
         print(f"| allreduce_{r['algorithm']} | {r['bytes'] >> 10} KiB | {r['predicted_s'] * 1e3:.2f} | "
@@ -116,7 +140,7 @@ def main():
                 model = walk(exchange_rounds(shared["pairs"], int(n)), node_of, links)
                 print(f"  {int(n) >> 10} KiB: {model * 1e3:.2f} / {t * 1e-3:.2f} ({model / (t * 1e-6) - 1:+.0%})")
     result["model"] = dict(intra=links.intra, inter=links.inter, gamma_s_per_byte=links.gamma, burst=links.burst,
-                           fast_s_per_byte=links.fast, rows=rows)
+                           fast_s_per_byte=links.fast, fixed_cost_s=fixed, rows=rows)
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
 
