@@ -4,7 +4,7 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from util import ALL_DTYPES, LARGE, assert_close, check_allreduce, make_data, ops_for, sizes
+from util import ALL_DTYPES, assert_close, check_allreduce, make_data, sizes
 
 ALGORITHMS = collectives.names("allreduce") + ["allreduce_fused"]
 

@@ -81,7 +81,7 @@ def test_in_place_and_aliases(comm, mpi_comm):
 
 
 def test_every_collective_takes_the_fast_path(comm, mpi_comm):
-    p, r, n = comm.size, comm.rank, 3
+    p, n = comm.size, 3
     fused = comm.check
     x = data(comm, n)
     calls = {

@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 from .. import p2p
-from ..schedule import ACC, Schedule, blocks
+from ..schedule import ACC, blocks
 from . import Shard, ShardedModel, block, cross_entropy
 
 SCHEDULES = ("gpipe", "1f1b", "pipedream")
