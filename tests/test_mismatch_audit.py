@@ -195,7 +195,9 @@ def test_first_allreduce_against_iallreduce_under_nodes(monkeypatch, spec, n):
     if world.size < 4 or (spec == "2x2" and world.size != 4):
         pytest.skip(f"layout {spec} needs 4 ranks (2x2) or at least 4")
     monkeypatch.setenv("COLLECTIVES_NODE", spec)
-    with collectives.Comm(world) as c:
+    # Unwatched: a watched Comm finds the nodes in its constructor, so its first Allreduce
+    # has nothing left to find (the launch under COLLECTIVES_TIMEOUT would otherwise agree).
+    with collectives.Comm(world, timeout=0) as c:
         x = np.ones(n, np.float32)
         with pytest.raises(ValueError, match="finds_nodes ranges 0..1") as info:
             if c.rank == 0:
