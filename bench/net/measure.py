@@ -194,17 +194,23 @@ def fixed_costs(comm, ours, reps):
     send = np.ones(FIXED_BYTES // 4, np.float32)
     recv = np.empty_like(send)
     calls = {name: call for name, call in contenders(comm, ours).items() if name not in ("native", "ours default")}
-    names = list(calls)
-    samples = {name: [] for name in names}
+    samples = {name: [] for name in calls}
     for rep in range(reps):
-        for i in range(len(names)):
-            name = names[(i + rep) % len(names)]
-            idle(GAP)
-            comm.Barrier()
-            start = time.perf_counter()
-            calls[name](send, recv)
-            samples[name].append(comm.allreduce(time.perf_counter() - start, MPI.MAX))
+        repetition(comm, calls, rep, send, recv, samples)
     return {name: float(np.median(s)) for name, s in samples.items()}
+
+
+def repetition(comm, calls, rep, send, recv, samples):
+    """Time every contender of ``calls`` once, in the order rotated by ``rep``, each after an
+    idle GAP and a Barrier; append the slowest rank's seconds to ``samples[name]``."""
+    names = list(calls)
+    for i in range(len(names)):
+        name = names[(i + rep) % len(names)]
+        idle(GAP)
+        comm.Barrier()
+        start = time.perf_counter()
+        calls[name](send, recv)
+        samples[name].append(comm.allreduce(time.perf_counter() - start, MPI.MAX))
 
 
 def allreduce(comm, ours, budget):
@@ -225,13 +231,7 @@ def allreduce(comm, ours, budget):
         deadline = time.perf_counter() + budget
         rep = 0
         while rep < 3 or (rep < 200 and comm.bcast(time.perf_counter() < deadline)):
-            for i in range(len(names)):
-                name = names[(i + rep) % len(names)]
-                idle(GAP)
-                comm.Barrier()
-                start = time.perf_counter()
-                calls[name](send, recv)
-                samples[name].append(comm.allreduce(time.perf_counter() - start, MPI.MAX))
+            repetition(comm, calls, rep, send, recv, samples)
             rep += 1
         medians[nbytes] = {name: float(np.median(s)) for name, s in samples.items()}
     return medians
