@@ -90,6 +90,7 @@ the agreement with the error flag set (the ``agreed`` decorator), so the others 
 something was wrong and raise "invalid arguments on another rank" instead of waiting for it
 in the schedule, while it raises its own, detailed error.
 """
+import contextlib
 import functools
 
 import numpy as np
@@ -190,6 +191,22 @@ def disagreement(collective, keys, lo, hi):
     return f"{collective}: arguments differ across ranks: " + ", ".join(bad)
 
 
+@contextlib.contextmanager
+def joined(comm, collective):
+    """Around a call's own checks before it runs ``collective`` on the collectives.Comm
+    ``comm``: a ValueError or TypeError raised on this rank alone first takes part in the
+    other ranks' agreement (behind the Comm's pending nonblocking calls), as ``agreed`` does
+    for the Comm's methods, so they raise too instead of waiting."""
+    try:
+        yield
+    except (ValueError, TypeError):
+        if comm.check and comm.size > 1:
+            from .executor import run  # executor imports this module
+
+            run(comm, lambda: agree(comm, collective, None, error=True))
+        raise
+
+
 def agreed(collective):
     """Decorate a job builder ``builder(comm, ...)`` so that, with ``comm.check``, a rank whose
     arguments are invalid still takes part in the agreement before raising: the others raise
@@ -215,4 +232,4 @@ def agreed(collective):
     return decorate
 
 
-__all__ = ["COLLECTIVE_INDEX", "COMPRESSED", "COUNTS", "Disagreement", "agree", "agreed", "disagreement"]
+__all__ = ["COLLECTIVE_INDEX", "COMPRESSED", "COUNTS", "Disagreement", "agree", "agreed", "disagreement", "joined"]

@@ -95,7 +95,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import kernels, node
-from .agreement import COMPRESSED as AGREEMENT, agree
+from .agreement import COMPRESSED as AGREEMENT, agree, joined
 from .comm import wrap
 from .executor import buffer, run
 from ._payload import nbuckets, sign_nbytes
@@ -485,7 +485,7 @@ def allreduce(comm, grad, compressor, state=None, average=False, report=None, ou
     the same bits.
     """
     c = wrap(comm)
-    try:
+    with joined(c, AGREEMENT):
         if isinstance(compressor, str):
             if compressor not in COMPRESSORS:
                 raise ValueError(f"unknown compressor {compressor!r}; one of {', '.join(COMPRESSORS)}")
@@ -493,10 +493,6 @@ def allreduce(comm, grad, compressor, state=None, average=False, report=None, ou
         grad = np.asarray(grad)
         g = _flat(np.ascontiguousarray(grad))
         result = np.empty_like(grad) if out is None else _out(out, grad)
-    except (ValueError, TypeError):
-        if c.check and c.size > 1:
-            run(c, lambda: agree(c, AGREEMENT, None, error=True))
-        raise
     if c.check and c.size > 1:
         # Before any payload moves: a rank whose count (or compressor) differs would otherwise
         # truncate a receive on one rank and leave another waiting.  Behind the Comm's pending

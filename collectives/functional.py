@@ -12,14 +12,11 @@ is wrapped in a Comm on first use and the wrapper is cached on it (``collectives
 wrapping duplicates the communicator, which is collective, so every rank of it must make
 that first call, as it must for any collective anyway.
 """
-import contextlib
-
 import numpy as np
 from mpi4py import MPI
 
-from .agreement import agree
+from .agreement import joined
 from .comm import wrap
-from .executor import run
 from .schedule import blocks
 
 # What scatter's root tells the others, in int64s: dtype string length (-1: the root's
@@ -27,19 +24,6 @@ from .schedule import blocks
 _DESCR_BYTES = 16
 _MAX_DIMS = 64
 _HEADER = 2 + _DESCR_BYTES // 8 + _MAX_DIMS
-
-
-@contextlib.contextmanager
-def _checked(c, collective):
-    """Around a function's own checks before it calls ``collective`` on Comm ``c``: a ValueError
-    or TypeError raised on this rank alone first takes part in the other ranks' agreement, as
-    ``agreement.agreed`` does for the Comm's methods, so they raise too instead of waiting."""
-    try:
-        yield
-    except (ValueError, TypeError):
-        if c.check and c.size > 1:
-            run(c, lambda: agree(c, collective, None, error=True))
-        raise
 
 
 def _input(array, like=None):
@@ -74,7 +58,7 @@ def _send(array, out):
 def allreduce(comm, array, op="sum", algorithm="auto", out=None):
     """Combine ``array`` of every rank with ``op``; every rank gets the result."""
     c = wrap(comm)
-    with _checked(c, "allreduce"):
+    with joined(c, "allreduce"):
         array = np.asarray(array)
         out = _output(out, array.shape, array.dtype, "allreduce")
     # None, which "auto" means too, keeps Comm.Allreduce's fast path open (with check off).
@@ -85,7 +69,7 @@ def allreduce(comm, array, op="sum", algorithm="auto", out=None):
 def iallreduce(comm, array, op="sum", algorithm="auto", out=None):
     """Start an allreduce; the returned Request's ``wait()`` returns the result."""
     c = wrap(comm)
-    with _checked(c, "allreduce"):
+    with joined(c, "allreduce"):
         array = np.asarray(array)
         out = _output(out, array.shape, array.dtype, "iallreduce")
     req = c.Iallreduce(_send(array, out), out, op=op, algorithm=algorithm)
@@ -99,7 +83,7 @@ def bcast(comm, array, root=0, algorithm="auto", out=None):
     Every rank passes an array of the same shape and dtype; only the root's contents matter.
     """
     c = wrap(comm)
-    with _checked(c, "bcast"):
+    with joined(c, "bcast"):
         array = np.asarray(array)
         out = _output(out, array.shape, array.dtype, "bcast")
         if c.rank == root and array is not out:
@@ -111,7 +95,7 @@ def bcast(comm, array, root=0, algorithm="auto", out=None):
 def reduce(comm, array, op="sum", root=0, algorithm="auto", out=None):
     """Combine ``array`` of every rank with ``op``; the result at ``root``, None elsewhere."""
     c = wrap(comm)
-    with _checked(c, "reduce"):
+    with joined(c, "reduce"):
         array = np.asarray(array)
         if c.rank != root:
             array = _input(array)
@@ -127,7 +111,7 @@ def reduce(comm, array, op="sum", root=0, algorithm="auto", out=None):
 def allgather(comm, array, algorithm="auto", out=None):
     """Every rank's ``array`` stacked in rank order: shape ``(p, *array.shape)``."""
     c = wrap(comm)
-    with _checked(c, "allgather"):
+    with joined(c, "allgather"):
         array = np.asarray(array, order="C")
         out = _output(out, (c.size, *array.shape), array.dtype, "allgather")
     c.Allgather(array, out, algorithm=algorithm)
@@ -141,7 +125,7 @@ def reduce_scatter(comm, array, op="sum", counts=None, algorithm="auto"):
     first ranks taking one row more.
     """
     c = wrap(comm)
-    with _checked(c, "reduce_scatter"):
+    with joined(c, "reduce_scatter"):
         array = np.asarray(array, order="C")
         if array.ndim == 0:
             raise ValueError("reduce_scatter: a 0-d array has no axis to split")
