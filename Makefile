@@ -181,6 +181,8 @@ bench-mpich: build
 
 # Emulated cluster: nodes as network namespaces behind tc-shaped links (bench/net/testbed.sh).
 # Needs root; without it says why and measures nothing.  bench-net-clean removes leftovers.
+# bench_net.sh's own LAUNCHES default (3 launches per layout; make bench-net LAUNCHES=1 for one)
+# applies: the LAUNCHES above is bench-launches' and is not exported.
 .PHONY: bench-net bench-net-train bench-net-clean
 bench-net: build
 	MPIEXEC="$$(command -v $(MPIEXEC))" PYTHON="$(abspath $(PY))" bench/net/bench_net.sh

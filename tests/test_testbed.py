@@ -121,3 +121,81 @@ def test_model_check_reads_the_fits():
     # tc's "256kb" is KiB: the constant is that burst as TCP payload.
     with open(TESTBED) as f:
         assert "burst 256kb" in f.read()
+
+
+def launch_rows(cells):
+    """model_check.check's rows of one launch from {(algorithm, bytes): (predicted ms, measured ms)}."""
+    return [dict(algorithm=name, bytes=n, predicted_s=p * 1e-3, measured_s=m * 1e-3, error=p / m - 1)
+            for (name, n), (p, m) in cells.items()]
+
+
+def test_model_check_combines_launches_by_medians():
+    import model_check
+
+    small, big = ("ring", 64 << 10), ("ring", 1 << 20)
+    launches = [launch_rows({small: (1.1, 1.0), big: (9.0, 10.0)}),
+                launch_rows({big: (14.0, 11.0), small: (1.3, 2.0)}),  # another order: cells match by name
+                launch_rows({small: (1.6, 1.2), big: (12.1, 12.0)})]
+    rows = {(r["algorithm"], r["bytes"]): r for r in model_check.combine(launches)}
+    # 64 KiB: measured medians 1.0, 2.0, 1.2 -> 1.2 ms, predictions 1.1, 1.3, 1.6 -> 1.3 ms, so
+    # +8.3% on the medians, where the launches' own errors are +10%, -35% and +33%.
+    assert rows[small]["measured_s"] == pytest.approx(1.2e-3) and rows[small]["predicted_s"] == pytest.approx(1.3e-3)
+    assert rows[small]["error"] == pytest.approx(1.3 / 1.2 - 1)
+    assert rows[small]["launch_errors"] == pytest.approx([0.1, -0.35, 1.6 / 1.2 - 1])
+    # 1 MiB: 10, 11, 12 -> 11 ms against 9, 14, 12.1 -> 12.1 ms: +10% (launches -10%, +27%, +1%).
+    assert rows[big]["measured_s"] == pytest.approx(11e-3) and rows[big]["predicted_s"] == pytest.approx(12.1e-3)
+    assert rows[big]["error"] == pytest.approx(0.1)
+    assert rows[big]["launch_errors"] == pytest.approx([-0.1, 14 / 11 - 1, 12.1 / 12 - 1])
+    assert model_check.within(r["error"] for r in rows.values()) == 2
+    assert [model_check.within(r["error"] for r in one) for one in launches] == [2, 0, 1]
+    with pytest.raises(ValueError, match="different cells"):
+        model_check.combine([launches[0], launches[1][:1]])
+
+
+def launch_record(label, beta, measured_ms):
+    """A measure.py result of 2 nodes x 1 rank with inter-node beta ``beta`` and the cells'
+    medians ``measured_ms`` ({bytes: {contender: ms}})."""
+    import model_check
+
+    times = {str(n): (40e-6 + n * 1e-9) * 1e6 for n in measure.PINGPONG_SIZES if n <= model_check.BURST // 2}
+    return {"label": label, "layout": {"nodes": 2, "ranks_per_node": 1, "hosts": {"ctb-n0": [0], "ctb-n1": [1]}},
+            "links": {model_check.EXCHANGE: {"beta_s_per_byte": beta, "one_way_us": times}},
+            "gamma_s_per_byte": 1e-10, "fixed_cost_calls": {"bytes": 4096, "median_s": {"ring": 2e-4}},
+            "allreduce_median_s": {str(n): {name: t * 1e-3 for name, t in row.items()}
+                                   for n, row in measured_ms.items()}}
+
+
+def test_model_check_predicts_each_launch_from_its_own_fits(tmp_path, capsys):
+    import model_check
+
+    records = [launch_record("l1", 8e-9, {1 << 20: {"native": 12.0, "ring": 10.0}}),
+               launch_record("l2", 12e-9, {1 << 20: {"native": 9.0, "ring": 14.0}}),
+               launch_record("l3", 9e-9, {1 << 20: {"native": 15.0, "ring": 11.0}})]
+    paths = []
+    for record in records:
+        paths.append(str(tmp_path / f"{record['label']}.json"))
+        with open(paths[-1], "w") as f:
+            json.dump(record, f)
+    own = [model_check.check(r)[2][0]["predicted_s"] for r in records]
+    assert len(set(own)) == 3  # the launches' betas give three different predictions
+    with pytest.raises(SystemExit):
+        model_check.main(paths)  # several launches without -o
+    out = str(tmp_path / "combined.json")
+    model_check.main(["-o", out, *paths])
+    with open(out) as f:
+        combined = json.load(f)
+    assert combined["launches"] == ["l1", "l2", "l3"]
+    assert combined["allreduce_median_s"] == {str(1 << 20): {"native": pytest.approx(12e-3),
+                                                            "ring": pytest.approx(11e-3)}}
+    [row] = combined["model"]["rows"]
+    assert row["predicted_s"] == pytest.approx(sorted(own)[1]) and row["measured_s"] == pytest.approx(11e-3)
+    assert row["launch_errors"] == pytest.approx([p / m - 1 for p, m in zip(own, (10e-3, 14e-3, 11e-3))])
+    for path, p in zip(paths, own):
+        with open(path) as f:
+            assert json.load(f)["model"]["rows"][0]["predicted_s"] == pytest.approx(p)
+    assert "per launch:" in capsys.readouterr().out
+    records[2]["layout"]["hosts"] = {"ctb-n0": [1], "ctb-n1": [0]}
+    with open(paths[2], "w") as f:
+        json.dump(records[2], f)
+    with pytest.raises(SystemExit, match="different layouts"):
+        model_check.main(["-o", out, *paths])

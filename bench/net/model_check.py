@@ -1,8 +1,10 @@
 """The testbed-aware cost model beside what measure.py timed.
 
     python bench/net/model_check.py bench/results/net_1gbit_2x2.json
+    python bench/net/model_check.py -o bench/results/net_1gbit_2x2.json \
+        bench/results/net_1gbit_2x2_launch{1,2,3}.json
 
-Run by bench_net.sh on the host after each measure.py launch.  Each algorithm's time is
+Run by bench_net.sh on the host after a layout's measure.py launches.  Each algorithm's time is
 bench/model.py's ``predict``: its own schedule walked over the node map, so steps within a
 node pay the shared-memory alpha and beta and the messages of one step that leave or enter a
 node share that node's link, through tbf's token bucket; plus the call's fixed cost.
@@ -31,11 +33,19 @@ Parameters, all from the file (the same launch as the cells, none from the cells
   the same launch (measure.py's fixed_costs, 16x below the smallest cell predicted) less the
   walk's time there with the parameters above; 0 for older files without those calls.
 
-Prints, per algorithm and size of 64 KiB and more, predicted and measured median ms and the
-error (predicted / measured - 1), then the model's time for measure.py's concurrent exchanges
-(k pairs across one link) beside the measurement, the check of the sharing term; adds the
-rows to the JSON file as "model".
+Each launch is predicted from its own file alone, so a launch's fits and fixed costs follow
+that launch's noise and nothing is pooled or fitted across launches.  One launch: prints, per
+algorithm and size of 64 KiB and more, predicted and measured median ms and the error
+(predicted / measured - 1), then the model's time for measure.py's concurrent exchanges (k
+pairs across one link) beside the measurement, the check of the sharing term; adds the rows
+to the JSON file as "model".  Several launches of one layout (each file gets its own "model"
+as above; its fits, summary line and sharing check are printed, its table is not): per cell,
+the median over the launches of the measured median and of the prediction, the error of
+those two medians and the spread (min .. max) of the launches' own errors, then how many
+cells are within 25% on the medians and in each launch.  ``-o`` writes that combination
+(with every contender's median over the launches) to its own file.
 """
+import argparse
 import json
 import os
 import statistics
@@ -93,13 +103,10 @@ def exchange_rounds(pairs, nbytes):
     return out
 
 
-def main():
-    """Compare, print, and write the comparison back into the result file named on the command line."""
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: model_check.py bench/results/net_<label>.json")
-    path = sys.argv[1]
-    with open(path) as f:
-        result = json.load(f)
+def check(result):
+    """One launch ``result`` (measure.py's JSON) beside its own model: (links, fixed costs,
+    rows), each row one algorithm and size of LARGE and more, predicted from that launch's fits
+    and fixed costs alone."""
     nodes, k = result["layout"]["nodes"], result["layout"]["ranks_per_node"]
     links = links_of(result, result["gamma_s_per_byte"] if "gamma_s_per_byte" in result else fit_gamma())
     calls = result.get("fixed_cost_calls", {"bytes": 0, "median_s": {}})
@@ -116,6 +123,45 @@ def main():
             predicted = predict(f"allreduce_{name}", nodes, k, nbytes, links, fixed=fixed.get(name, 0.0))
             rows.append(dict(algorithm=name, bytes=nbytes, predicted_s=predicted, measured_s=measured,
                              error=predicted / measured - 1))
+    return links, fixed, rows
+
+
+def combine(launches):
+    """Rows of one layout over several launches, from each launch's ``check`` rows (a list per
+    launch, the same cells in each): per cell the median over launches of the measured median
+    and of the prediction, the error of those two medians, and every launch's own error."""
+    cells = [(r["algorithm"], r["bytes"]) for r in launches[0]]
+    by_launch = [{(r["algorithm"], r["bytes"]): r for r in rows} for rows in launches]
+    for rows in by_launch:
+        if sorted(rows) != sorted(cells):
+            raise ValueError(f"the launches time different cells: {sorted(rows)} against {sorted(cells)}")
+    out = []
+    for name, nbytes in cells:
+        runs = [rows[name, nbytes] for rows in by_launch]
+        predicted = statistics.median(r["predicted_s"] for r in runs)
+        measured = statistics.median(r["measured_s"] for r in runs)
+        out.append(dict(algorithm=name, bytes=nbytes, predicted_s=predicted, measured_s=measured,
+                        error=predicted / measured - 1, launch_errors=[r["error"] for r in runs]))
+    return out
+
+
+def within(errors, bound=0.25):
+    """How many of ``errors`` (predicted / measured - 1) are within ``bound`` either way."""
+    return sum(bool(abs(e) <= bound) for e in errors)
+
+
+def summary(rows):
+    """One line: median and worst |error| of ``rows`` and how many are within 25%."""
+    errors = [abs(r["error"]) for r in rows]
+    worst = max(rows, key=lambda r: abs(r["error"]))
+    return (f"median |error| {statistics.median(errors):.0%}, {within(errors)} of {len(errors)} within 25%, "
+            f"worst {worst['error']:+.0%} (allreduce_{worst['algorithm']} {worst['bytes'] >> 10} KiB)")
+
+
+def describe(result, links, fixed):
+    """Print one launch's fits and fixed costs."""
+    nodes, k = result["layout"]["nodes"], result["layout"]["ranks_per_node"]
+    calls = result.get("fixed_cost_calls", {"bytes": 0})
     (a, b), (big_a, big_b) = links.intra, links.inter
     print(f"model ({result['label']}, {nodes} nodes x {k}): intra alpha {a * 1e6:.1f} us beta {b * 1e9:.3f} ns/B; "
           f"inter alpha {big_a * 1e6:.1f} us beta {big_b * 1e9:.3f} ns/B, burst {links.burst} B at "
@@ -123,14 +169,12 @@ def main():
     if fixed:
         print(f"fixed cost per call, ms (measured at {calls['bytes']} B less the walk there): "
               + ", ".join(f"{name} {t * 1e3:.3f}" for name, t in fixed.items()))
-    print("| algorithm | size | predicted ms | measured ms | error |\n|---|---:|---:|---:|---:|")
-    for r in rows:
-        print(f"| allreduce_{r['algorithm']} | {r['bytes'] >> 10} KiB | {r['predicted_s'] * 1e3:.2f} | "
-              f"{r['measured_s'] * 1e3:.2f} | {r['error']:+.0%} |")
-    if rows:
-        errors = [abs(r["error"]) for r in rows]
-        print(f"median |error| {statistics.median(errors):.0%}, {sum(e <= 0.25 for e in errors)} of "
-              f"{len(errors)} within 25%, worst {max(errors):.0%}")
+
+
+def sharing(result, links):
+    """Print the model's time for one launch's concurrent exchanges (k pairs across one link)
+    beside the measurement: the check of the sharing term."""
+    k = result["layout"]["ranks_per_node"]
     shared = result["links"].get(SHARED.format(k=k))
     if shared:
         node_of = {r: i for i, host in enumerate(result["layout"]["hosts"].values()) for r in host}
@@ -139,10 +183,64 @@ def main():
             if int(n) >= LARGE:
                 model = walk(exchange_rounds(shared["pairs"], int(n)), node_of, links)
                 print(f"  {int(n) >> 10} KiB: {model * 1e3:.2f} / {t * 1e-3:.2f} ({model / (t * 1e-6) - 1:+.0%})")
-    result["model"] = dict(intra=links.intra, inter=links.inter, gamma_s_per_byte=links.gamma, burst=links.burst,
-                           fast_s_per_byte=links.fast, fixed_cost_s=fixed, rows=rows)
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
+
+
+def main(argv=None):
+    """Compare each launch named on the command line with its own model and write that into its
+    file; with ``-o``, also the launches' combination (several launches need it)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("launches", nargs="+", metavar="LAUNCH.json", help="measure.py results of one layout")
+    parser.add_argument("-o", "--output", help="write the combination of the launches here")
+    args = parser.parse_args(argv)
+    if len(args.launches) > 1 and not args.output:
+        parser.error("several launches need -o (where to write their combination)")
+    results, checks = [], []
+    for path in args.launches:
+        with open(path) as f:
+            result = json.load(f)
+        links, fixed, rows = check(result)
+        describe(result, links, fixed)
+        if len(args.launches) == 1:
+            print("| algorithm | size | predicted ms | measured ms | error |\n|---|---:|---:|---:|---:|")
+            for r in rows:
+                print(f"| allreduce_{r['algorithm']} | {r['bytes'] >> 10} KiB | {r['predicted_s'] * 1e3:.2f} | "
+                      f"{r['measured_s'] * 1e3:.2f} | {r['error']:+.0%} |")
+        if rows:
+            print(summary(rows))
+        sharing(result, links)
+        result["model"] = dict(intra=links.intra, inter=links.inter, gamma_s_per_byte=links.gamma, burst=links.burst,
+                               fast_s_per_byte=links.fast, fixed_cost_s=fixed, rows=rows)
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
+        results.append(result)
+        checks.append(rows)
+    if not args.output:
+        return
+    layouts = {json.dumps(r["layout"], sort_keys=True) for r in results}
+    if len(layouts) > 1:
+        raise SystemExit(f"model_check: the launches ran different layouts: {sorted(layouts)}")
+    rows = combine(checks)
+    n = len(results)
+    per_launch = [within(e) for e in zip(*(r["launch_errors"] for r in rows))]
+    if rows:
+        print(f"over {n} launches: median predicted / median measured ms, their error, and the "
+              f"{n} launches' own errors (min .. max)")
+        print("| algorithm | size | predicted ms | measured ms | error | per launch |\n|---|---:|---:|---:|---:|---|")
+        for r in rows:
+            print(f"| allreduce_{r['algorithm']} | {r['bytes'] >> 10} KiB | {r['predicted_s'] * 1e3:.2f} | "
+                  f"{r['measured_s'] * 1e3:.2f} | {r['error']:+.0%} | "
+                  f"{min(r['launch_errors']):+.0%} .. {max(r['launch_errors']):+.0%} |")
+        print(f"on the medians: {summary(rows)}; per launch: "
+              + ", ".join(map(str, per_launch)) + f" of {len(rows)} within 25%")
+    measured = {size: {name: statistics.median(r["allreduce_median_s"][size][name] for r in results)
+                       for name in results[0]["allreduce_median_s"][size]}
+                for size in results[0]["allreduce_median_s"]}
+    combined = {"launches": [r["label"] for r in results], "layout": results[0]["layout"],
+                "allreduce_median_s": measured,
+                "model": dict(rows=rows, within_25_medians=within(r["error"] for r in rows),
+                              within_25_per_launch=per_launch)}
+    with open(args.output, "w") as f:
+        json.dump(combined, f, indent=1)
 
 
 if __name__ == "__main__":
