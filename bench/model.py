@@ -119,7 +119,7 @@ def per_byte(table, n):
 
 
 def _kernel(nbytes):
-    """(dst, src, call) of the float32 sum kernel over ``nbytes``."""
+    """A call of the float32 sum kernel over ``nbytes`` (into a buffer of its own)."""
     import numpy as np
 
     from collectives import kernels
@@ -210,9 +210,7 @@ def fit(budget, ranks=RANKS):
     print("[collectives-bench model] the reduction kernel and its sharing", file=sys.stderr)
     gamma = fit_gamma_by_size()
     beta = {p: fit_beta(rows) for p, rows in pings.items()}
-    return {"alpha_s": fit_alpha(pings[min(pings)]),
-            "beta_s_per_byte": min(b for n, b in beta[min(beta)][1] if n >= LARGE),
-            "gamma_s_per_byte": one_gamma(gamma),
+    return {"alpha_s": fit_alpha(pings[min(pings)]), "gamma_s_per_byte": one_gamma(gamma),
             "ping_pong": [(p, alpha, table) for p, (alpha, table) in beta.items()],
             "gamma_by_size": gamma, "share_by_ranks": fit_share(max(ranks)), "cores": len(os.sched_getaffinity(0)),
             "ping_pong_us": [(p, [(r["size"], r["min(us)"], r["p50(us)"]) for r in rows if r["algorithm"] == "native"])
@@ -262,10 +260,10 @@ def compare(results, params):
         names = {algo.name for algo in ALGORITHMS.get(result["collective"], ())}
         fixed = fixed_costs(result, params, names)
         for row in result["rows"]:
-            # Collectives that split the data round the size down to whole elements per rank.
+            # Collectives that split the data round the size down to whole elements per rank
+            # (fewer than p float32 elements: 65532 B for 64 KiB at np=3).
             large = row["size"] > LARGE - 4 * p
-            if row["algorithm"] in fixed and row["place"] == "out" and large \
-                    and row["p50(us)"]:
+            if row["algorithm"] in fixed and row["place"] == "out" and large and row["p50(us)"]:
                 f = fixed[row["algorithm"]]
                 us = (predicted(row["algorithm"], p, row["size"], params) + f) * 1e6
                 out.append((result["collective"], p, row["size"], row["algorithm"], row["p50(us)"], row["min(us)"],
