@@ -3,14 +3,31 @@ and projected to large rank counts.
 
     collectives-bench model                                # fit, compare with bench/results/tune_np*.json, project
     collectives-bench model --params p.json results/*.json # reuse a fit; compare with these benchmark files
+    collectives-bench model --ranks 2:4 results/*.json     # fit for np 2..4 only
 
-* Fit: alpha and beta from a native ping-pong at np=2 (bench/p2p.py's ``latency``, one launch):
-  alpha is the fastest one-way time up to 4 KiB, beta the least (t - alpha) / n over
-  messages of 64 KiB and more (fastest times: other jobs on a shared machine only add to them).
-  gamma from the reduction kernel (collectives.kernels.reduce_into, float32 sum, the combine
-  every reducing schedule calls), best of several runs, 1-16 MiB.
+* Fit: the terms of the shared-memory model (``shm_params``), each measured here, none from
+  the benchmark cells it predicts:
+  - alpha(p) and beta(p, n), from a native ping-pong between ranks 0 and 1 of a launch of p
+    ranks (bench/p2p.py's ``latency``, 8 B .. 64 MiB; the other ranks wait in its Barrier, as
+    busy as the ranks of a collective waiting for a message), p = 2..8: alpha(p) the least
+    median one-way time up to 4 KiB, beta(p, n) = (p50 - alpha(p)) / n at n bytes.  It holds
+    what the flat model lacks: from 16 MiB the data leave the caches, and beyond 2 ranks on
+    the 2 cores a message waits for the other end to be scheduled;
+  - gamma(n), the float32 sum kernel (collectives.kernels.reduce_into, the combine every
+    reducing schedule calls) at n bytes, median of several runs, 4 KiB .. 64 MiB: in cache
+    and out of it;
+  - share(p), the slowdown of that kernel (256 KiB) when p processes run it at once on this
+    machine's cores, p = 1..8 (gamma x share(p): the ranks combine at once).
+  The model predicts the median call (p50), so these are medians too.  ``alpha_s`` (printed)
+  is the fastest one-way time at np=2.  The projection uses none of these: its interconnects
+  have one alpha and beta, one rank per core and no cache effect, and it keeps gamma as one
+  number (``gamma_s_per_byte``, the kernel's median per-byte time over 1-16 MiB).
 * Compare: every named algorithm's row of the given benchmark results at 64 KiB and more,
-  measured p50 and min beside ``cost(p, n, alpha, beta, gamma)`` from its module, and the errors.
+  measured p50 and min beside ``cost(p, n, *shm_params(params, p, n))`` from its module plus
+  the call's fixed cost, and the errors.  The fixed cost (the Python and Cython entry, the
+  schedule, the oversubscribed ranks' latency beyond alpha) does not depend on the size: it is
+  the same algorithm's p50 at 4 KiB in the same result record less ``cost`` there, as the
+  testbed model below takes it (a size 16x below the smallest predicted one).
 * Testbed (``predict``, run by bench/net/model_check.py): each algorithm's own schedule walked
   over a node map, with shared memory within a node, links shared by the messages of a step
   and the links' token bucket, plus the call's fixed cost (the comment above ``Links``).
@@ -30,6 +47,7 @@ import argparse
 import glob
 import importlib
 import json
+import math
 import os
 import statistics
 import sys
@@ -41,6 +59,9 @@ NETWORKS = {"100Gbit/s+1.5us": (1.5e-6, 8 / 100e9), "25Gbit/s+5us": (5e-6, 8 / 2
 PROJECT_RANKS = (64, 256, 1024, 4096)
 LARGE = 64 << 10
 SMALL = 4 << 10
+KERNEL_SIZES = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20)
+SHARE_BYTES = 256 << 10
+RANKS = tuple(range(2, 9))
 # MPICH's defaults (pmodels/mpich, src/mpi/coll/cvars.txt and the CVAR blocks of the
 # collectives' sources): the size in bytes where its default choice changes.
 MPICH_DEFAULTS = {
@@ -61,69 +82,192 @@ def cost_of(name):
     return importlib.import_module(f"collectives.algorithms.{name}").cost
 
 
-def fit_alpha_beta(rows):
-    """(alpha, beta) in seconds and seconds per byte from ping-pong rows (one-way min in us: on a
-    shared machine the fastest sample is the one other jobs did not delay)."""
-    points = sorted((row["size"], row["min(us)"] * 1e-6) for row in rows
-                    if row["algorithm"] == "native" and row["min(us)"] is not None)
-    small = [t for n, t in points if n <= SMALL]
+def fit_alpha(rows, column="min(us)"):
+    """alpha in seconds from ping-pong rows: the least one-way time in ``column`` up to SMALL
+    (by default the fastest sample: on a shared machine it is the one other jobs did not delay)."""
+    small = [row[column] * 1e-6 for row in rows
+             if row["algorithm"] == "native" and row["size"] <= SMALL and row[column] is not None]
     if not small:
         raise SystemExit(f"collectives-bench model: the ping-pong has no size up to {human(SMALL)} to fit alpha")
-    # Up to SMALL the time is all start-up: the fastest of them is alpha.
-    alpha = min(small)
-    slopes = [(t - alpha) / n for n, t in points if n >= LARGE and t > alpha]
-    if not slopes:
+    return min(small)
+
+
+def fit_beta(rows):
+    """(alpha, [(bytes, s/byte)]) of the median call: alpha the least p50 up to SMALL, and the
+    ping-pong's per-byte time (p50 - alpha) / n at each size from SMALL."""
+    alpha = fit_alpha(rows, "p50(us)")
+    table = [(row["size"], (row["p50(us)"] * 1e-6 - alpha) / row["size"]) for row in rows
+             if row["algorithm"] == "native" and row["size"] >= SMALL and row["p50(us)"] is not None]
+    if not any(n >= LARGE and b > 0 for n, b in table):
         raise SystemExit(f"collectives-bench model: the ping-pong has no size of {human(LARGE)} or more "
                          "slower than its small messages to fit beta (a disturbed run: fit again)")
-    return alpha, min(slopes)
+    return alpha, sorted((n, max(b, 0.0)) for n, b in table)
 
 
-def fit_gamma(repeats=7):
-    """Seconds per byte of the float32 sum kernel, best of ``repeats`` runs per size, median over sizes."""
+def per_byte(table, n):
+    """Seconds per byte at ``n`` bytes from ``table`` [(bytes, s/byte)], ascending: linear in
+    lg n between its sizes, its end values beyond them."""
+    if not table:
+        raise ValueError("an empty per-byte table")
+    if n <= table[0][0]:
+        return table[0][1]
+    for (n0, b0), (n1, b1) in zip(table, table[1:]):
+        if n <= n1:
+            w = math.log(n / n0) / math.log(n1 / n0)
+            return b0 + w * (b1 - b0)
+    return table[-1][1]
+
+
+def _kernel(nbytes):
+    """A call of the float32 sum kernel over ``nbytes`` (into a buffer of its own)."""
     import numpy as np
 
     from collectives import kernels
     from collectives.ops import OP_CODE, dtype_code
 
     code, add = dtype_code(np.float32), OP_CODE["sum"]
-    per_byte = []
-    for nbytes in (1 << 20, 4 << 20, 16 << 20):
-        dst, src = np.ones(nbytes // 4, np.float32), np.ones(nbytes // 4, np.float32)
-        best = float("inf")
+    dst, src = np.ones(nbytes // 4, np.float32), np.ones(nbytes // 4, np.float32)
+    return lambda: kernels.reduce_into(dst, src, code, add)
+
+
+def fit_gamma_by_size(repeats=7):
+    """[(bytes, s/byte)]: the float32 sum kernel's median per-byte time of ``repeats`` runs at
+    each size, 4 KiB .. 64 MiB (a run of many calls below 1 MiB, timed together)."""
+    table = []
+    for nbytes in KERNEL_SIZES:
+        call = _kernel(nbytes)
+        calls = max(1, (1 << 20) // nbytes)
+        call()
+        times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            kernels.reduce_into(dst, src, code, add)
-            best = min(best, time.perf_counter() - t0)
-        per_byte.append(best / nbytes)
-    return statistics.median(per_byte)
+            for _ in range(calls):
+                call()
+            times.append((time.perf_counter() - t0) / calls)
+        table.append((nbytes, statistics.median(times) / nbytes))
+    return table
 
 
-def fit(budget):
-    """Fitted parameters: alpha, beta from a ping-pong launch at np=2, gamma in this process."""
+def one_gamma(table):
+    """One gamma (s/byte) from a ``fit_gamma_by_size`` table: its median over 1-16 MiB."""
+    return statistics.median(g for n, g in table if (1 << 20) <= n <= (16 << 20))
+
+
+def fit_gamma():
+    """Seconds per byte of the float32 sum kernel, one number (``one_gamma``)."""
+    return one_gamma(fit_gamma_by_size())
+
+
+def _share_run(nbytes, calls, ready, done):
+    call = _kernel(nbytes)
+    call()
+    ready.wait()
+    for _ in range(calls):
+        call()
+    done.put(True)
+
+
+def fit_share(max_ranks=8, nbytes=SHARE_BYTES, seconds=0.1):
+    """[(p, slowdown)] for p = 1..max_ranks: the wall time from a common start until p processes
+    have each run the sum kernel as many times as one process does in about ``seconds``, over
+    one process's."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    call = _kernel(nbytes)
+    t0 = time.perf_counter()
+    for _ in range(100):
+        call()
+    calls = max(100, int(seconds / ((time.perf_counter() - t0) / 100)))
+    walls = []
+    for p in range(1, max_ranks + 1):
+        ready, done = ctx.Barrier(p + 1), ctx.Queue()
+        procs = [ctx.Process(target=_share_run, args=(nbytes, calls, ready, done)) for _ in range(p)]
+        for proc in procs:
+            proc.start()
+        ready.wait()
+        t0 = time.perf_counter()
+        for _ in procs:
+            done.get()
+        walls.append(time.perf_counter() - t0)
+        for proc in procs:
+            proc.join()
+    return [(p, wall / walls[0]) for p, wall in enumerate(walls, 1)]
+
+
+def fit(budget, ranks=RANKS):
+    """Fitted parameters (the module docstring): alpha(p) and beta(p, n) from a ping-pong launch
+    at each p of ``ranks``, gamma(n) and share(p) in this process."""
     from bench.launches import launch
 
-    results, error = launch(2, ["latency", "-m", "8:16M", "-f", "4", "--budget", str(budget)])
-    if error:
-        raise SystemExit(f"collectives-bench model: the ping-pong launch failed: {error}")
-    alpha, beta = fit_alpha_beta(results[0]["rows"])
-    return {"alpha_s": alpha, "beta_s_per_byte": beta, "gamma_s_per_byte": fit_gamma(),
-            "ping_pong_min_us": [(r["size"], r["min(us)"]) for r in results[0]["rows"] if r["algorithm"] == "native"]}
+    pings = {}
+    for p in ranks:
+        print(f"[collectives-bench model] ping-pong at np={p}", file=sys.stderr)
+        results, error = launch(p, ["latency", "-m", "8:64M", "-f", "4", "--budget", str(budget)])
+        if error:
+            raise SystemExit(f"collectives-bench model: the ping-pong launch at np={p} failed: {error}")
+        pings[p] = results[0]["rows"]
+    print("[collectives-bench model] the reduction kernel and its sharing", file=sys.stderr)
+    gamma = fit_gamma_by_size()
+    beta = {p: fit_beta(rows) for p, rows in pings.items()}
+    return {"alpha_s": fit_alpha(pings[min(pings)]), "gamma_s_per_byte": one_gamma(gamma),
+            "ping_pong": [(p, alpha, table) for p, (alpha, table) in beta.items()],
+            "gamma_by_size": gamma, "share_by_ranks": fit_share(max(ranks)), "cores": len(os.sched_getaffinity(0)),
+            "ping_pong_us": [(p, [(r["size"], r["min(us)"], r["p50(us)"]) for r in rows if r["algorithm"] == "native"])
+                             for p, rows in pings.items()]}
+
+
+def shm_params(params, p, n):
+    """(alpha, beta, gamma) that ``cost`` gets for ``p`` ranks and ``n`` bytes on this machine
+    (the module docstring): alpha(p), beta(p, n), gamma(n) x share(p)."""
+    missing = {"ping_pong", "gamma_by_size", "share_by_ranks"} - params.keys()
+    if missing:
+        raise SystemExit(f"collectives-bench model: the parameters lack {', '.join(sorted(missing))} "
+                         "(an older fit): fit again")
+    pings = {q: (alpha, table) for q, alpha, table in params["ping_pong"]}
+    share = dict(map(tuple, params["share_by_ranks"]))
+    if p not in pings or p not in share:
+        raise SystemExit(f"collectives-bench model: the fit has no ping-pong or kernel sharing at np={p} "
+                         f"(ping-pong at {sorted(pings)}, sharing at {sorted(share)}): fit with --ranks")
+    alpha, table = pings[p]
+    return alpha, per_byte(table, n), per_byte(params["gamma_by_size"], n) * share[p]
+
+
+def predicted(name, p, n, params):
+    """Seconds of ``cost`` of algorithm ``name`` for ``p`` ranks and ``n`` bytes under ``shm_params``."""
+    return cost_of(name)(p, n, *shm_params(params, p, n))
+
+
+def fixed_costs(result, params, names):
+    """{algorithm: seconds} of one result record, for the algorithms ``names``: each one's p50 at
+    its largest size up to SMALL, out of place, less ``predicted`` there."""
+    out = {}
+    for row in sorted(result["rows"], key=lambda r: r["size"]):
+        if row["algorithm"] in names and row["place"] == "out" and 0 < row["size"] <= SMALL and row["p50(us)"]:
+            out[row["algorithm"]] = row["p50(us)"] * 1e-6 - predicted(row["algorithm"], result["np"], row["size"], params)
+    return out
 
 
 def compare(results, params):
-    """Rows (collective, np, size, algorithm, measured p50 us, measured min us, predicted us, error
-    against p50, error against min) at LARGE and up."""
+    """Rows (collective, np, size, algorithm, measured p50 us, measured min us, predicted us, fixed
+    us, error against p50, error against min) at LARGE and up, the fixed cost included in the
+    prediction (an algorithm without a row at SMALL has none: the cell is left out)."""
     from collectives.registry import ALGORITHMS
 
-    a, b, g = params["alpha_s"], params["beta_s_per_byte"], params["gamma_s_per_byte"]
     out = []
     for result in results:
+        p = result["np"]
         names = {algo.name for algo in ALGORITHMS.get(result["collective"], ())}
+        fixed = fixed_costs(result, params, names)
         for row in result["rows"]:
-            if row["algorithm"] in names and row["place"] == "out" and row["size"] >= LARGE and row["p50(us)"]:
-                predicted = cost_of(row["algorithm"])(result["np"], row["size"], a, b, g) * 1e6
-                out.append((result["collective"], result["np"], row["size"], row["algorithm"], row["p50(us)"],
-                            row["min(us)"], predicted, predicted / row["p50(us)"] - 1, predicted / row["min(us)"] - 1))
+            # Collectives that split the data round the size down to whole elements per rank
+            # (fewer than p float32 elements: 65532 B for 64 KiB at np=3).
+            large = row["size"] > LARGE - 4 * p
+            if row["algorithm"] in fixed and row["place"] == "out" and large and row["p50(us)"]:
+                f = fixed[row["algorithm"]]
+                us = (predicted(row["algorithm"], p, row["size"], params) + f) * 1e6
+                out.append((result["collective"], p, row["size"], row["algorithm"], row["p50(us)"], row["min(us)"],
+                            us, f * 1e6, us / row["p50(us)"] - 1, us / row["min(us)"] - 1))
     return out
 
 
@@ -159,6 +303,17 @@ def results_from(paths):
     return out
 
 
+def ranks_of(text):
+    """(lo, ..., hi) from ``lo:hi``, both at least 2."""
+    try:
+        lo, hi = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise SystemExit(f"collectives-bench model: --ranks takes lo:hi, e.g. 2:8, not {text!r}") from None
+    if not 2 <= lo <= hi:
+        raise SystemExit(f"collectives-bench model: --ranks needs 2 <= lo <= hi, not {text!r}")
+    return tuple(range(lo, hi + 1))
+
+
 def main(argv=None):
     """``collectives-bench model``; the exit status."""
     ap = argparse.ArgumentParser(prog="collectives-bench model", description=__doc__.split("\n\n")[0])
@@ -166,6 +321,8 @@ def main(argv=None):
                     "(default bench/results/tune_np*.json, which `collectives-bench tune --raw bench/results` writes)")
     ap.add_argument("--params", help="the fit of an earlier run (its --out file) instead of fitting")
     ap.add_argument("--budget", type=float, default=0.5, help="seconds per ping-pong size when fitting")
+    ap.add_argument("--ranks", default=f"{RANKS[0]}:{RANKS[-1]}", help="rank counts of the ping-pong launches "
+                    "and the kernel's sharing when fitting, lo:hi (the results' np must be among them)")
     ap.add_argument("--out", default=os.path.join(RESULTS, "model.json"), help="where to write the numbers")
     args = ap.parse_args(argv)
     if args.params:
@@ -173,31 +330,38 @@ def main(argv=None):
             params = json.load(f)
         params = params.get("params", params)  # an earlier run's output holds them under "params"
     else:
-        print("[collectives-bench model] fitting: ping-pong at np=2, reduction kernel here", file=sys.stderr)
-        params = fit(args.budget)
-    a, b, g = params["alpha_s"], params["beta_s_per_byte"], params["gamma_s_per_byte"]
-    lines = [f"# fitted on this machine: alpha {a * 1e6:.2f} us, beta {1 / b / 1e9:.2f} GB/s "
-             f"({b * 1e12:.1f} ps/byte), gamma {1 / g / 1e9:.2f} GB/s ({g * 1e12:.1f} ps/byte)"]
+        params = fit(args.budget, ranks_of(args.ranks))
+    a, g = params["alpha_s"], params["gamma_s_per_byte"]
+    lines = [f"# fitted on this machine: alpha {a * 1e6:.2f} us (np=2, fastest); gamma(n) "
+             + ", ".join(f"{human(n)} {x * 1e12:.0f}" for n, x in params["gamma_by_size"])
+             + f" ps/byte; share(p) on {params['cores']} cores " + ", ".join(f"{p} {x:.2f}" for p, x in params["share_by_ranks"])]
+    lines += [f"# np={p}: alpha(p) {alpha * 1e6:.1f} us, beta(p, n) "
+              + ", ".join(f"{human(n)} {b * 1e12:.0f}" for n, b in table if n >= LARGE) + " ps/byte"
+              for p, alpha, table in params["ping_pong"]]
     rows = compare(results_from(args.results or sorted(glob.glob(os.path.join(RESULTS, "tune_np*.json")))), params)
     if rows:
-        lines += [f"# predicted beside measured, {human(LARGE)} and more; error = predicted / measured - 1",
+        lines += [f"# predicted beside measured, {human(LARGE)} and more; predicted = cost(p, n, alpha, beta(n) x "
+                  "share(p) / share(2), gamma(n) x share(p)) + fixed; error = predicted / measured - 1",
                   f"#{'collective':>15} {'np':>3} {'size':>9} {'algorithm':>34} {'p50(us)':>11} {'min(us)':>11} "
-                  f"{'predicted':>11} {'err(p50)':>8} {'err(min)':>8}"]
-        lines += [f"{c:>16} {p:>3} {human(n):>9} {name:>34} {m:>11.1f} {low:>11.1f} {pr:>11.1f} {e:>+8.0%} {el:>+8.0%}"
-                  for c, p, n, name, m, low, pr, e, el in rows]
+                  f"{'predicted':>11} {'fixed':>9} {'err(p50)':>8} {'err(min)':>8}"]
+        lines += [f"{c:>16} {p:>3} {human(n):>9} {name:>34} {m:>11.1f} {low:>11.1f} {pr:>11.1f} {f:>9.1f} "
+                  f"{e:>+8.0%} {el:>+8.0%}" for c, p, n, name, m, low, pr, f, e, el in rows]
         for p in [None] + sorted({r[1] for r in rows}):
             mine = [r for r in rows if p is None or r[1] == p]
             text = []
-            for label, k in (("p50", 7), ("min", 8)):
+            for label, k in (("p50", 8), ("min", 9)):
                 errors = [abs(r[k]) for r in mine]
                 text.append(f"against {label} median |error| {statistics.median(errors):.0%}, "
                             f"{sum(e <= 0.25 for e in errors)} of {len(errors)} within 25%")
+            worst = max(mine, key=lambda r: abs(r[8]))
+            text.append(f"worst against p50 {worst[3]} {human(worst[2])} at np={worst[1]} {worst[8]:+.0%}")
             lines.append(f"# {'all' if p is None else f'np={p}'}: " + "; ".join(text))
     projection = {}
     size_list = sizes(8, 64 << 20, 4)
     for net, (alpha, beta) in NETWORKS.items():
         lines.append(f"\n# projection, {net} (alpha {alpha * 1e6:g} us, beta {8 / beta / 1e9:g} Gbit/s), "
-                     f"gamma as fitted: least predicted time per size")
+                     f"gamma {g * 1e12:.1f} ps/byte (the kernel, 1-16 MiB), one rank per core, no fixed cost: "
+                     "least predicted time per size")
         for collective in ("allreduce", "bcast", "allgather", "reduce_scatter"):
             for p in PROJECT_RANKS:
                 points = project(collective, p, alpha, beta, g, size_list)

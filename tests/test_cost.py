@@ -63,19 +63,93 @@ def test_cost_matches_the_header(name):
             assert mod.cost(p, n, A, B, G) == pytest.approx(formula(p, n), rel=1e-12), (p, n)
 
 
-def test_model_fits_alpha_and_beta_from_a_ping_pong():
+def test_model_fits_alpha_and_beta_per_size_from_a_ping_pong():
     from bench import model
 
-    rows = [{"algorithm": "native", "size": n, "min(us)": (2e-6 + n / 10e9) * 1e6} for n in (8, 1 << 16, 1 << 20)]
-    rows.append({"algorithm": "ours", "size": 8, "min(us)": 0.1})  # only native rows count
-    alpha, beta = model.fit_alpha_beta(rows)
-    assert alpha == pytest.approx(2e-6 + 8 / 10e9) and beta == pytest.approx(1 / 10e9, rel=1e-3)
+    # p50 = 3 us + n x 1/(10 GB/s) up to 1 MiB, twice that per byte at 64 MiB (out of cache).
+    rows = [{"algorithm": "native", "size": n, "p50(us)": (3e-6 + n * per) * 1e6, "min(us)": (2e-6 + n * per) * 1e6}
+            for n, per in ((8, 1e-10), (4096, 1e-10), (1 << 20, 1e-10), (1 << 26, 2e-10))]
+    rows.append({"algorithm": "ours", "size": 8, "p50(us)": 0.1, "min(us)": 0.1})  # only native rows count
+    assert model.fit_alpha(rows) == pytest.approx(2e-6 + 8e-10)  # the fastest sample
+    alpha, table = model.fit_beta(rows)  # the median call
+    assert alpha == pytest.approx(3e-6 + 8e-10)
+    assert [n for n, _ in table] == [4096, 1 << 20, 1 << 26]
+    assert table[1][1] == pytest.approx(1e-10 - 8e-10 / (1 << 20))
+    assert table[2][1] == pytest.approx(2e-10 - 8e-10 / (1 << 26))
     with pytest.raises(SystemExit, match="no size of 64 KiB or more slower"):
-        model.fit_alpha_beta([dict(row, **{"min(us)": 5.0}) for row in rows])
+        model.fit_beta([dict(row, **{"p50(us)": 5.0}) for row in rows])
     # The projection's choice at a point is the least cost over the collective's algorithms.
     (n, best, us), = model.project("allreduce", 1024, 1.5e-6, 8 / 100e9, 1 / 40e9, [1 << 26])
     costs = {a.name: _module(a.name).cost(1024, 1 << 26, 1.5e-6, 8 / 100e9, 1 / 40e9) for a in ALGORITHMS["allreduce"]}
     assert best == min(costs, key=costs.get) and us == pytest.approx(costs[best] * 1e6)
+
+
+def test_per_byte_is_linear_in_lg_n_between_sizes():
+    from bench.model import per_byte
+
+    table = [(1024, 1.0), (4096, 3.0), (16384, 3.0)]
+    assert per_byte(table, 2048) == pytest.approx(2.0)  # half way in lg n
+    assert per_byte(table, 1024) == 1.0 and per_byte(table, 4096) == 3.0
+    assert per_byte(table, 8) == 1.0 and per_byte(table, 1 << 30) == 3.0  # the end values beyond
+    with pytest.raises(ValueError, match="empty"):
+        per_byte([], 8)
+
+
+# A fit of the shared-memory model: at np=3 alpha 1 us, beta 0.1 ns/B at 4 KiB and 0.3 ns/B
+# from 64 KiB, gamma 0.01 ns/B at 4 KiB and 0.03 ns/B from 64 KiB, the kernel 1.5x slower
+# shared by 3 processes.
+SHM = {"ping_pong": [[3, 1e-6, [[4096, 1e-10], [65536, 3e-10]]]],
+       "gamma_by_size": [[4096, 1e-11], [65536, 3e-11]], "share_by_ranks": [[1, 1.0], [2, 1.0], [3, 1.5]]}
+
+
+def test_shm_params_by_hand():
+    from bench.model import shm_params
+
+    # 16 KiB is half way from 4 KiB to 64 KiB in lg n.
+    alpha, beta, gamma = shm_params(SHM, 3, 16384)
+    assert (alpha, beta, gamma) == pytest.approx((1e-6, 2e-10, 2e-11 * 1.5))
+    assert shm_params(SHM, 3, 1 << 26) == pytest.approx((1e-6, 3e-10, 3e-11 * 1.5))
+    with pytest.raises(SystemExit, match="no ping-pong or kernel sharing at np=4"):
+        shm_params(SHM, 4, 16384)
+    with pytest.raises(SystemExit, match="lack share_by_ranks"):
+        shm_params({k: v for k, v in SHM.items() if k != "share_by_ranks"}, 3, 16384)
+
+
+def test_compare_adds_the_fixed_cost_at_4_kib():
+    from bench.model import compare
+
+    def ring(n, beta, gamma):  # allreduce_ring's header at p = 3, alpha 1 us
+        return 4 * 1e-6 + 2 * (2 / 3) * n * beta + (2 / 3) * n * gamma
+
+    def row(size, us, algorithm="allreduce_ring", place="out"):
+        return {"size": size, "algorithm": algorithm, "place": place, "p50(us)": us, "min(us)": us / 2}
+
+    # float32 split over 3 ranks: 64 KiB rounds down to 16383 elements, 65532 B.  The fixed cost
+    # comes from the largest size up to 4 KiB (4092 B), not from 12 B.
+    result = {"collective": "allreduce", "np": 3, "rows": [
+        row(12, 5.0), row(4092, 20.0), row(4092, 1.0, "native"), row(16380, 30.0), row(65532, 90.0), row(65532, 80.0, place="in"),
+        row(65532, 70.0, "native"), row(65532, 60.0, "allreduce_rabenseifner")]}
+    fixed = 20e-6 - ring(4092, *_shm_at(4092))
+    expected = (ring(65532, *_shm_at(65532)) + fixed) * 1e6
+    # Only the ring's out-of-place 64 KiB cell: native is no algorithm, Rabenseifner has no 4 KiB cell.
+    (cell,) = compare([result], SHM)
+    assert cell[:6] == ("allreduce", 3, 65532, "allreduce_ring", 90.0, 45.0)
+    assert cell[6:] == pytest.approx((expected, fixed * 1e6, expected / 90 - 1, expected / 45 - 1))
+
+
+def _shm_at(n):
+    """SHM's beta and gamma at n bytes, by hand (linear in lg n from 4 KiB to 64 KiB, flat beyond)."""
+    w = min(max(math.log2(n / 4096) / 4, 0), 1)
+    return 1e-10 + w * 2e-10, (1e-11 + w * 2e-11) * 1.5
+
+
+def test_ranks_of():
+    from bench.model import ranks_of
+
+    assert ranks_of("2:4") == (2, 3, 4)
+    for bad in ("1:4", "4:2", "8"):
+        with pytest.raises(SystemExit, match="--ranks"):
+            ranks_of(bad)
 
 
 # The testbed model (bench/model.py): schedules walked over a node map, against hand-computed
