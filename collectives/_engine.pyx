@@ -1028,6 +1028,11 @@ cdef class Fast:
         """Number of cached plans."""
         return len(self.plans)
 
+    def forget(self):
+        """Drop every cached plan: the choices they hold changed (the owner found its nodes)."""
+        self.plans.clear()
+        self.hot = [None] * NCOLL
+
     def __dealloc__(self):
         free(self.x.mine)
         free(self.counts)
@@ -1066,8 +1071,7 @@ cdef class Fast:
         if strcmp(env, <const char *>self.envs[coll]) != 0 or self.checked != self.state["check"]:
             self.envs[coll] = <bytes>env
             self.checked = self.state["check"]
-            self.plans.clear()
-            self.hot = [None] * NCOLL
+            self.forget()
         # A repeated call shape skips the LRU, a Python call taking a lock that cost about as
         # much as an 8 B all-reduce's communication.  A hot plan the LRU evicts stays usable.
         pl = self.hot[coll]

@@ -193,7 +193,7 @@ class Comm:
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op`` into ``recvbuf`` of every rank."""
-        if self._nodes is not node.FLAT and node.allreduce(self, sendbuf, recvbuf, op, algorithm):
+        if (self._nodes is None or self._nodes.multi) and node.allreduce(self, sendbuf, recvbuf, op, algorithm):
             return
         if self._fast is not None and self._fast.allreduce(sendbuf, recvbuf, op, algorithm):
             return

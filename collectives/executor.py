@@ -60,7 +60,7 @@ def as_bytes(arr):
 def choose(comm, collective, algorithm, count, nbytes, uniform=True):
     """The Algorithm for this call: per call, then per Comm, then environment, then ``auto``."""
     algo, reason = decide_for(collective, algorithm, comm.algorithms.get(collective), comm.size, count,
-                              nbytes, uniform, checked=comm.check)
+                              nbytes, uniform, checked=comm.check, spans=spans(comm))
     comm.last_algorithm = algo.name
     if EXPLAIN:
         explain_line(comm, collective, f"{nbytes} B -> {algo.name}: {reason}")
@@ -80,8 +80,14 @@ def explain(comm, collective, count=0, dtype="float32", algorithm=None):
         raise ValueError(f"unknown collective {collective!r}; one of {', '.join(ALGORITHMS)}")
     nbytes = count * np.dtype(dtype).itemsize
     algo, reason = decide_for(collective, algorithm, comm.algorithms.get(collective), comm.size,
-                              nbytes if collective == "bcast" else count, nbytes, checked=comm.check)
+                              nbytes if collective == "bcast" else count, nbytes, checked=comm.check,
+                              spans=spans(comm))
     return f"{algo.name}: {reason}"
+
+
+def spans(comm):
+    """Whether ``comm`` is known to span several nodes (its first Allreduce finds out)."""
+    return comm._nodes is not None and comm._nodes.spans
 
 
 def buffer(comm, purpose, nbytes):

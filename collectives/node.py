@@ -82,7 +82,8 @@ class Nodes:
             node = ids[first]
             counts = np.bincount([ids[f] for f in firsts]).tolist()
         self.counts = counts
-        self.multi = len(counts) > 1 and max(counts) > 1
+        self.spans = len(counts) > 1
+        self.multi = self.spans and max(counts) > 1
         self.uniform = len(set(counts)) == 1
         self.intra = self.lane = None
         if not self.multi:
@@ -119,13 +120,20 @@ def _flat(Comm, made, parent):
 
 
 class _Flat:
+    """A communicator with no node-aware path: on one node (FLAT), or on several nodes of one
+    rank each (SPREAD, whose flat calls choose for a network: ``spans``)."""
+
     multi = False
+
+    def __init__(self, spans):
+        self.spans = spans
 
     def free(self):
         """Nothing to release."""
 
 
-FLAT = _Flat()
+FLAT = _Flat(False)
+SPREAD = _Flat(True)
 
 
 def allreduce(comm, sendbuf, recvbuf, op, algorithm):
@@ -194,7 +202,13 @@ def allreduce(comm, sendbuf, recvbuf, op, algorithm):
 
 
 def discover(comm):
-    """The Nodes of ``comm``, or FLAT when it spans one node: later calls skip the checks.
-    Collective over ``comm``."""
+    """The Nodes of ``comm``; FLAT when it spans one node, SPREAD when each node holds one
+    rank (later calls skip the node-aware path).  Collective over ``comm``.
+
+    On several nodes the flat calls choose for a network (registry.SPREAD_AUTO), so the fast
+    path's plans, which a call before this one may have made for one node, are dropped.
+    """
     nodes = Nodes(comm)
-    return nodes if nodes.multi else FLAT
+    if nodes.spans and comm._fast is not None:
+        comm._fast.forget()
+    return nodes if nodes.multi else (SPREAD if nodes.spans else FLAT)

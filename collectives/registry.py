@@ -159,6 +159,22 @@ NODE_AUTO = {
 }
 
 
+# auto's flat choice on a communicator that spans several nodes (collectives.node: ``spans``),
+# one rank per node included: (largest message in bytes, algorithm) rows, first match that
+# applies wins, in place of the table's rows, which are measured on one node (the fused rows,
+# taken with the check on, stay first).  Measured on the testbed at 1 Gbit/s (bench/net, median
+# ms over three launches, 2026-11-24): 64 KiB at 2x2 recursive doubling 0.66, Rabenseifner
+# 0.67, ring 0.77, the one-node table's all-to-all 1.09; at 4x1 recursive doubling 0.31,
+# ring 0.47.  From 1 MiB at 4x1 the ring 11.5 / 52.0 / 221 at 1 / 4 / 16 MiB, recursive
+# doubling 19.1 / 84.0 / 302, the one-node table's round-robin 268 at 16 MiB.
+SPREAD_AUTO = {
+    "allreduce": [
+        (64 << 10, "allreduce_recursive_doubling"),
+        (None, "allreduce_ring"),
+    ],
+}
+
+
 def may_be_node_aware(name):
     """Whether the resolved choice ``name`` ("auto" or a full name) can run node-aware."""
     return name == "auto" or _BY_NAME[name].node_aware
@@ -219,12 +235,14 @@ def env_choice(collective):
     return resolve_name(collective, os.environ.get(f"COLLECTIVES_{collective.upper()}", "auto"))
 
 
-def decide(collective, requested, size, count, nbytes, uniform=True, source="requested", checked=False):
+def decide(collective, requested, size, count, nbytes, uniform=True, source="requested", checked=False,
+           spans=False):
     """(Algorithm, reason): ``requested`` when it applies, else the ``auto`` choice.
 
     ``source`` says where a named request came from (per call, per Comm, environment); the
     reason names it, or the table row, restriction or fallback that chose.  ``checked``: the
-    cross-rank check is on, which lets ``auto`` take the fused form.
+    cross-rank check is on, which lets ``auto`` take the fused form.  ``spans``: the
+    communicator spans several nodes, where SPREAD_AUTO's rows come after the fused ones.
     """
     name = resolve_name(collective, requested)
     fell_back = ""
@@ -238,7 +256,10 @@ def decide(collective, requested, size, count, nbytes, uniform=True, source="req
         fell_back = f"{name} ({source}) does not apply: {reason}; "
     table = tuning.active()
     skipped = []
-    for row in table.lookup(collective, size, nbytes):
+    rows = table.lookup(collective, size, nbytes)
+    if spans and collective in SPREAD_AUTO:
+        rows = [row for row in rows if _BY_NAME[row.algorithm].fused is not None]
+    for row in rows:
         algo = _BY_NAME[row.algorithm]
         why = (algo.applies(size, count, uniform, nbytes) if checked or algo.fused is None
                else "needs the cross-rank check on: the fused form is that check")
@@ -246,19 +267,26 @@ def decide(collective, requested, size, count, nbytes, uniform=True, source="req
             return algo, (f"{fell_back}auto: {collective} {row.describe()} of {table.path}"
                           + "".join(f"; skipped {s}" for s in skipped))
         skipped.append(f"{row.describe()} ({row.algorithm}: {why})")
+    if spans and collective in SPREAD_AUTO:
+        for max_bytes, name in SPREAD_AUTO[collective]:
+            algo = _BY_NAME[name]
+            if (max_bytes is None or nbytes <= max_bytes) and algo.applies(size, count, uniform, nbytes) is None:
+                return algo, (f"{fell_back}auto across nodes: registry.SPREAD_AUTO "
+                              f"(bytes ..{'' if max_bytes is None else max_bytes})"
+                              + "".join(f"; skipped {s}" for s in skipped))
     algo = next(a for a in ALGORITHMS[collective] if a.applies(size, count, uniform) is None)
     return algo, (f"{fell_back}auto: no usable {collective} row of {table.path} for {size} ranks and "
                   f"{nbytes} bytes{''.join(f'; skipped {s}' for s in skipped)}; first applicable algorithm")
 
 
-def decide_for(collective, per_call, per_comm, size, count, nbytes, uniform=True, checked=False):
+def decide_for(collective, per_call, per_comm, size, count, nbytes, uniform=True, checked=False, spans=False):
     """(Algorithm, reason) for a call: its ``algorithm=``, else the Comm's, else
-    COLLECTIVES_<COLLECTIVE>, else ``auto`` (``checked`` as for ``decide``)."""
+    COLLECTIVES_<COLLECTIVE>, else ``auto`` (``checked`` and ``spans`` as for ``decide``)."""
     for name, source in ((per_call, "per call"), (per_comm, "per Comm"),
                          (os.environ.get(f"COLLECTIVES_{collective.upper()}"), f"COLLECTIVES_{collective.upper()}")):
         if resolve_name(collective, name) != "auto":
-            return decide(collective, name, size, count, nbytes, uniform, source, checked)
-    return decide(collective, "auto", size, count, nbytes, uniform, checked=checked)
+            return decide(collective, name, size, count, nbytes, uniform, source, checked, spans)
+    return decide(collective, "auto", size, count, nbytes, uniform, checked=checked, spans=spans)
 
 
 def select(collective, requested, size, count, nbytes, uniform=True, checked=False):

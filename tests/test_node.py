@@ -168,6 +168,48 @@ def test_auto_picks_node_aware_only_across_nodes(monkeypatch, nbytes, expected):
         assert np.all(buf == p)
 
 
+# auto's flat choice on a communicator that spans nodes (registry.SPREAD_AUTO), written out:
+# recursive doubling up to 64 KiB, the ring above; with the check on, the fused form up to 4 KiB.
+SPREAD_CHOICE = [(8, "allreduce_recursive_doubling"), (4096, "allreduce_recursive_doubling"),
+                 (64 << 10, "allreduce_recursive_doubling"), ((64 << 10) + 4, "allreduce_ring"),
+                 (1 << 20, "allreduce_ring")]
+
+
+@pytest.mark.parametrize("first", ["allreduce", "iallreduce"])
+@pytest.mark.parametrize("check", [False, True], ids=["unchecked", "checked"])
+@pytest.mark.parametrize("spec", ["1", "2", ""], ids=["one_rank_per_node", "two_per_node", "one_node"])
+def test_flat_choice_across_nodes(monkeypatch, spec, check, first):
+    world = MPI.COMM_WORLD
+    p = world.size
+    if spec:
+        monkeypatch.setenv("COLLECTIVES_NODE", spec)
+    else:
+        monkeypatch.delenv("COLLECTIVES_NODE", raising=False)
+    monkeypatch.delenv("COLLECTIVES_ALLREDUCE", raising=False)
+    counts = layout(spec, p) if spec else [p]
+    spans, multi = len(counts) > 1, len(counts) > 1 and max(counts) > 1
+    with collectives.Comm(world, check=check) as comm:
+        for nbytes, across in SPREAD_CHOICE:
+            x = np.arange(nbytes // 4, dtype=np.float32) + world.rank
+            y, want = np.empty_like(x), np.empty_like(x)
+            if first == "iallreduce":
+                # a plan made for one node before the first Allreduce finds the nodes
+                comm.Iallreduce(x, y).wait()
+            comm.Allreduce(x, y)
+            world.Allreduce(x, want)
+            assert np.array_equal(y, want), nbytes
+            why = comm.explain("allreduce", nbytes // 4)
+            if check and nbytes <= 4096:
+                assert comm.last_algorithm == "allreduce_fused", nbytes
+            elif multi and nbytes > (64 << 10):
+                assert comm.last_algorithm in NODE_ALGORITHMS, nbytes
+            elif spans:
+                assert comm.last_algorithm == across, nbytes
+                assert why.startswith(f"{across}: auto across nodes: registry.SPREAD_AUTO"), why
+            else:
+                assert "SPREAD_AUTO" not in why and "tuning.json" in why, why
+
+
 def test_forced_node_algorithm_on_one_node_falls_back():
     p = MPI.COMM_WORLD.size
     with collectives.Comm(MPI.COMM_WORLD) as comm:
