@@ -257,7 +257,8 @@ def decide(collective, requested, size, count, nbytes, uniform=True, source="req
     table = tuning.active()
     skipped = []
     rows = table.lookup(collective, size, nbytes)
-    if spans and collective in SPREAD_AUTO:
+    spread = SPREAD_AUTO.get(collective, ()) if spans else ()
+    if spread:
         rows = [row for row in rows if _BY_NAME[row.algorithm].fused is not None]
     for row in rows:
         algo = _BY_NAME[row.algorithm]
@@ -267,13 +268,12 @@ def decide(collective, requested, size, count, nbytes, uniform=True, source="req
             return algo, (f"{fell_back}auto: {collective} {row.describe()} of {table.path}"
                           + "".join(f"; skipped {s}" for s in skipped))
         skipped.append(f"{row.describe()} ({row.algorithm}: {why})")
-    if spans and collective in SPREAD_AUTO:
-        for max_bytes, name in SPREAD_AUTO[collective]:
-            algo = _BY_NAME[name]
-            if (max_bytes is None or nbytes <= max_bytes) and algo.applies(size, count, uniform, nbytes) is None:
-                return algo, (f"{fell_back}auto across nodes: registry.SPREAD_AUTO "
-                              f"(bytes ..{'' if max_bytes is None else max_bytes})"
-                              + "".join(f"; skipped {s}" for s in skipped))
+    for max_bytes, spread_name in spread:
+        algo = _BY_NAME[spread_name]
+        if (max_bytes is None or nbytes <= max_bytes) and algo.applies(size, count, uniform, nbytes) is None:
+            return algo, (f"{fell_back}auto across nodes: registry.SPREAD_AUTO "
+                          f"(bytes ..{'' if max_bytes is None else max_bytes})"
+                          + "".join(f"; skipped {s}" for s in skipped))
     algo = next(a for a in ALGORITHMS[collective] if a.applies(size, count, uniform) is None)
     return algo, (f"{fell_back}auto: no usable {collective} row of {table.path} for {size} ranks and "
                   f"{nbytes} bytes{''.join(f'; skipped {s}' for s in skipped)}; first applicable algorithm")
