@@ -33,7 +33,8 @@ and projected to large rank counts.
   and the links' token bucket, plus the call's fixed cost (the comment above ``Links``).
   Parameters (``Links``, ``fixed_cost``), each from bench/net/measure.py in the launch whose
   all-reduce cells it predicts, none from those cells (model_check.py's docstring says how):
-  intra-node alpha and beta, from every node's shared-memory exchange at once; inter-node
+  intra-node alpha and beta, from every node's shared-memory exchange at once, and from the
+  same exchanges the start-up that a message beyond MPICH's eager cell adds; inter-node
   alpha, from a train of exchanges across the shaped link; inter-node beta, from the
   exchange's largest sizes, beyond the burst; the in-burst beta, per message, from the
   exchange's slope over 4 KiB .. the burst; the burst, testbed.sh's tbf setting; gamma,
@@ -390,8 +391,9 @@ def main(argv=None):
 #
 #   level time = max over ranks of (max over its messages of the message's time
 #                                   + gamma x bytes it combines or copies in that level)
-#   message time = intra-node alpha + (bytes the sender puts in shared memory this level)
-#                  x intra-node beta, on one node;
+#   message time = intra-node alpha (+ the pipeline's start-up above the eager size)
+#                  + (bytes the sender puts in shared memory this level) x intra-node beta,
+#                  on one node;
 #                = inter-node alpha + the longer of (its own bytes x the in-burst beta) and
 #                  (bytes crossing the busier of the two links it uses, the sender node's
 #                  uplink and the receiver node's downlink, this level, less what that link's
@@ -415,16 +417,29 @@ def main(argv=None):
 
 class Links:
     """Model parameters: (alpha s, beta s/byte) within a node and between nodes, gamma s/byte,
-    and the links' token bucket: ``burst`` bytes pass at ``fast`` s/byte instead of beta.
+    the links' token bucket: ``burst`` bytes pass at ``fast`` s/byte instead of beta, and the
+    shared-memory pipeline: a message within a node of more than ``eager`` bytes costs
+    ``step`` = (first, later) s more than alpha, ``first`` in a call's first level, ``later``
+    in the others.
 
     The testbed's tbf lets a burst through at the speed of the TCP stack and refills it at the
     link rate (1/beta); every link starts full (measure.py leaves the links idle before each
     sample).  ``fast`` is per message: the messages sharing a link within its burst do not
     slow each other (the comment above).  burst 0 is a plain alpha-beta link.
+
+    MPICH moves a shared-memory message of up to one eager cell (8064 B of payload measured
+    under MPICH 5.0.2: 8064 B took 15 us, 8128 B 29 us, 4 ranks bound 2 per core) in that cell;
+    a longer one goes by its pipeline, whose start waits for the receiver to take part.  With
+    ranks sharing cores that start costs a turn of the scheduler, once per message whatever its
+    length.  It costs most in a call's first level, right after the Barrier that starts a
+    timed call, when the receiver may not be running yet (an eager message waits in its cell
+    instead): 42-88 us on the testbed in single exchanges after a Barrier, against 10-12 us
+    between the exchanges of a back-to-back train.  (0, 0): no such term.
     """
 
-    def __init__(self, intra, inter, gamma, burst=0, fast=0.0):
+    def __init__(self, intra, inter, gamma, burst=0, fast=0.0, step=(0.0, 0.0), eager=0):
         self.intra, self.inter, self.gamma, self.burst, self.fast = intra, inter, gamma, burst, fast
+        self.step, self.eager = step, eager
 
 
 def rounds(steps, itemsize):
@@ -572,7 +587,8 @@ def walk(ranks, node_of, links):
     alpha, beta = links.inter
     tokens = {}  # ("up" | "down", node) -> bytes left in its bucket
     total = 0.0
-    for entries in at_level:
+    for depth, entries in enumerate(at_level):
+        step = links.step[depth > 0]
         load = {}  # ("shm", rank) / ("up" | "down", node) -> bytes this level
         for r, (sends, _, _) in entries:
             for q, nbytes in sends:
@@ -586,7 +602,7 @@ def walk(ranks, node_of, links):
             local[r] = local.get(r, 0) + nbytes
             for q, size in sends:
                 keys = _uses(r, q, node_of)
-                t = (links.intra[0] + wire[keys[0]] if keys[0][0] == "shm" else
+                t = (links.intra[0] + step * (size > links.eager) + wire[keys[0]] if keys[0][0] == "shm" else
                      alpha + max(size * links.fast, *(wire[key] for key in keys)))
                 for end in (r, q):
                     messages[end] = max(messages.get(end, 0), t)

@@ -235,6 +235,24 @@ def test_token_bucket_is_per_message_within_the_burst():
     assert walk(pairs, node_of, _links(0.0, burst, fast)) == pytest.approx(IA + (2 * big - burst) * IB)
 
 
+def test_shared_memory_pipeline_by_hand():
+    from bench.model import Links, allreduce_rounds, walk
+
+    first, later, eager = 50e-6, 10e-6, 8064
+    links = Links((a, b), (IA, IB), 0.0, step=(first, later), eager=eager)
+    for n, extra in ((eager, 0.0), (eager + 64, first + later)):
+        # Two exchanges in shared memory, back to back: the pipeline's start-up, beyond the
+        # eager cell only, is the first level's in the first and the later one's in the second.
+        two = {0: [[[(1, n)], [(1, n)], 0]] * 2, 1: [[[(0, n)], [(0, n)], 0]] * 2}
+        assert walk(two, [0, 0], links) == pytest.approx(2 * (a + n * b) + extra)
+    # Between nodes no such term: recursive doubling on 2 x 2 pays it once, on its first level
+    # (within a node); the second crosses the link.
+    n = 1 << 20
+    expected = (a + first + n * b) + (IA + 2 * n * IB)
+    rounds = allreduce_rounds("allreduce_recursive_doubling", 2, 2, n // 4)
+    assert walk(rounds, [0, 0, 1, 1], links) == pytest.approx(expected)
+
+
 def test_fixed_cost_by_hand():
     from bench.model import fixed_cost, predict
 

@@ -123,6 +123,31 @@ def test_model_check_reads_the_fits():
         assert "burst 256kb" in f.read()
 
 
+def test_model_check_fits_the_shared_memory_pipeline():
+    import model_check
+
+    # Single exchanges: 50 us within the eager cell; beyond it a line of intercept 100 us.
+    single = {"8": 45.0, "512": 50.0, "4096": 55.0}
+    single |= {str(n): 100.0 + n * 2e-4 for n in (16 << 10, 64 << 10, 256 << 10, 1 << 20)}
+    train = {"8": 10.0, "512": 10.5, "4096": 12.0, "8192": 23.0}
+    fits = {model_check.INTRA: {"beta_s_per_byte": 2e-10, "one_way_us": single},
+            f"{model_check.INTRA}, train of 16": {"one_way_us": train}}
+    first, later = model_check.pipeline_step(fits, model_check.INTRA)
+    # The 1 MiB point is outside PIPELINE: were it used, a line through it would still fit
+    # exactly here, so bend it to show that it is left out.
+    assert first == pytest.approx(50e-6) and later == pytest.approx(11e-6)
+    single[str(1 << 20)] = 5000.0
+    assert model_check.pipeline_step(fits, model_check.INTRA) == pytest.approx((50e-6, 11e-6))
+    links = model_check.links_of({"links": fits}, 3e-10)
+    assert links.step == pytest.approx((50e-6, 11e-6)) and links.eager == model_check.INTRA_EAGER
+    # Nothing beyond the cell measured: no step, and none slower than the eager times.
+    fits = {model_check.INTRA: {"beta_s_per_byte": 2e-10, "one_way_us": {"8": 20.0, "4096": 20.0}}}
+    assert model_check.pipeline_step(fits, model_check.INTRA) == (0.0, 0.0)
+    single = {"8": 90.0, "4096": 90.0, str(16 << 10): 60.0, str(64 << 10): 60.0}
+    fits = {model_check.INTRA: {"beta_s_per_byte": 2e-10, "one_way_us": single}}
+    assert model_check.pipeline_step(fits, model_check.INTRA) == (0.0, 0.0)
+
+
 def launch_rows(cells):
     """model_check.check's rows of one launch from {(algorithm, bytes): (predicted ms, measured ms)}."""
     return [dict(algorithm=name, bytes=n, predicted_s=p * 1e-3, measured_s=m * 1e-3, error=p / m - 1)

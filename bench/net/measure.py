@@ -28,6 +28,16 @@ Run by bench/net/bench_net.sh on the emulated cluster (testbed.sh); it also runs
    result is checked once against the exact sum (inputs are multiples of 2**-10, so every
    order sums exactly).
 
+Binding: before MPI starts, each rank binds itself to one core, rank r to the r-th core
+(modulo the cores it may use), so that the ranks of a node are on different cores as on a
+real node, and each core carries one rank of each of k nodes (at 2x2: ranks 0 and 2 on the
+first core, 1 and 3 on the second).  Hydra's ``-bind-to core`` cannot do it here: each
+emulated node runs its own proxy, which binds its first rank to the first core, so at 4x1
+every rank would share one core.  Unbound, the kernel moved the 4 ranks between the 2 cores
+as it liked and the 64 KiB cells moved by up to 50% between launches (recursive doubling at
+2x2: 1.03, 0.96 and 0.67 ms); bound, 0.43, 0.40 and 0.44 ms.  ``TESTBED_BIND=none`` leaves
+the ranks unbound.  The result records each rank's cores ("binding").
+
 Prints the tables on rank 0 and writes bench/results/net_<label>.json.
 """
 import argparse
@@ -38,7 +48,21 @@ import sys
 import time
 
 import numpy as np
-from mpi4py import MPI
+
+
+def bind():
+    """Bind this process to one core, by its launcher's rank (module docstring), before MPI
+    starts, so the threads MPI starts inherit it; nothing under TESTBED_BIND=none or without
+    a rank in the environment (Hydra's PMI_RANK, Open MPI's OMPI_COMM_WORLD_RANK)."""
+    rank = os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK"))
+    if os.environ.get("TESTBED_BIND", "core") == "none" or rank is None:
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[int(rank) % len(cores)]})
+
+
+bind()
+from mpi4py import MPI  # noqa: E402  (after bind: MPI's threads start bound)
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import collectives  # noqa: E402  (the repository root is put on sys.path just above)
@@ -270,6 +294,7 @@ def main():
         if comm.rank == 0:
             print(json.dumps(info), flush=True)
         return
+    binding = comm.gather(sorted(os.sched_getaffinity(0)))
     load = [os.getloadavg()[0]]
     fits = link_fits(comm, info, args.pingpong_reps)
     gamma = kernel_gamma(comm)
@@ -279,10 +304,11 @@ def main():
     load.append(os.getloadavg()[0])
     if comm.rank == 0:
         print(report(info, fits, medians), flush=True)
+        print(f"cores of each rank: {binding}")
         print(f"load average (1 min) before / after: {load[0]:.2f} / {load[1]:.2f} on {os.cpu_count()} cores")
         os.makedirs(RESULTS, exist_ok=True)
         print(f"gamma (float32 sum on every rank at once, 16 MiB): {gamma * 1e9:.3f} ns/B", flush=True)
-        result = {"label": args.label, "layout": info, "links": fits, "gamma_s_per_byte": gamma,
+        result = {"label": args.label, "layout": info, "binding": binding, "links": fits, "gamma_s_per_byte": gamma,
                   "load_average_1min": load,
                   "fixed_cost_calls": {"bytes": FIXED_BYTES, "median_s": fixed},
                   "allreduce_median_s": {str(k): v for k, v in medians.items()},

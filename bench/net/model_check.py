@@ -26,6 +26,14 @@ Parameters, all from the file (the same launch as the cells, none from the cells
 * intra-node alpha and beta: measure.py's exchange in shared memory on every node at once
   (the node-aware phases run so, all ranks on the shared cores; older files: the ping-pong;
   none on 1-rank nodes), alpha from its train if there is one;
+* the shared-memory pipeline's start-up (``Links.step``, paid by an intra-node message of more
+  than INTRA_EAGER bytes), from the same exchanges in shared memory: in a call's first level,
+  the intercept of a least-squares line through the single exchanges of the sizes PIPELINE
+  (16 .. 256 KiB, all beyond the eager cell) less the median of those within it (8 B ..
+  4 KiB), both after a Barrier as a call's first step is (its skew cancels; the slope is not
+  used, beta stays the large-size fit); in the later levels, the train's time at its largest
+  size (8 KiB, beyond the cell) less its time at the largest within the cell (4 KiB).  In
+  three bound 2x2 launches: 42, 88 and 51 us first, 12, 10 and 11 us later;
 * the burst: testbed.sh's ``tbf ... burst 256kb`` in payload bytes;
 * gamma: measure.py's float32 sum kernel on every rank at once (bench/model.py's fit_gamma,
   one process here, for older files without it);
@@ -60,6 +68,11 @@ from bench.model import LARGE, Links, fit_gamma, fixed_cost, predict, walk  # no
 # 1514 bytes on the wire carries 1448 bytes (timestamps on).
 BURST = (256 << 10) * 1448 // 1514
 IN_BURST_FROM = 4096
+# Shared-memory messages: the largest that MPICH 5.0.2 sent in one eager cell (bench/model.py's
+# Links), the sizes within it, and the measured sizes beyond it that give the pipeline's start-up.
+INTRA_EAGER = 8064
+EAGER_SIZES = (0, 4096)
+PIPELINE = (16 << 10, 256 << 10)
 EXCHANGE = "inter-node exchange"
 SHARED = "inter-node exchange, {k} pairs on one link"
 INTRA = "intra-node exchange, every node at once"
@@ -71,12 +84,32 @@ def links_of(result, gamma):
     fits = result["links"]
     own = fits.get(INTRA) or fits.get(PINGPONG)
     intra = (line(fits, INTRA, own)[1], own["beta_s_per_byte"]) if own else (0.0, 0.0)
+    step = pipeline_step(fits, INTRA) if INTRA in fits else (0.0, 0.0)
     if EXCHANGE not in fits:
-        return Links(intra, intra, gamma)
+        return Links(intra, intra, gamma, step=step, eager=INTRA_EAGER)
     beta = fits[EXCHANGE]["beta_s_per_byte"]
     alpha = line(fits, EXCHANGE, fits[EXCHANGE])[1]
     fast = fitted_line(fits[EXCHANGE]["one_way_us"], IN_BURST_FROM, BURST)[0]
-    return Links(intra, (alpha, beta), gamma, BURST, min(fast, beta))
+    return Links(intra, (alpha, beta), gamma, BURST, min(fast, beta), step, INTRA_EAGER)
+
+
+def pipeline_step(fits, name):
+    """(first, later): seconds more that a shared-memory message beyond the eager cell starts
+    in, from pattern ``name``'s single exchanges and its train in ``fits`` (the module
+    docstring), each at least 0; ``first`` 0 without two PIPELINE sizes and one within the
+    cell, ``later`` 0 without a train on both sides of the cell."""
+    single = fits[name]["one_way_us"]
+    within = [t for n, t in single.items() if EAGER_SIZES[0] <= int(n) <= EAGER_SIZES[1]]
+    if within and sum(PIPELINE[0] <= int(n) <= PIPELINE[1] for n in single) >= 2:
+        first = max(fitted_line(single, *PIPELINE)[1] - statistics.median(within) * 1e-6, 0.0)
+    else:
+        first = 0.0
+    train = next((f["one_way_us"] for key, f in fits.items() if key.startswith(f"{name}, train of ")), {})
+    beyond = [int(n) for n in train if int(n) > INTRA_EAGER]
+    inside = [int(n) for n in train if int(n) <= INTRA_EAGER]
+    if not beyond or not inside:
+        return first, 0.0
+    return first, max((train[str(min(beyond))] - train[str(max(inside))]) * 1e-6, 0.0)
 
 
 def line(fits, name, fallback):
@@ -163,7 +196,8 @@ def describe(result, links, fixed):
     nodes, k = result["layout"]["nodes"], result["layout"]["ranks_per_node"]
     calls = result.get("fixed_cost_calls", {"bytes": 0})
     (a, b), (big_a, big_b) = links.intra, links.inter
-    print(f"model ({result['label']}, {nodes} nodes x {k}): intra alpha {a * 1e6:.1f} us beta {b * 1e9:.3f} ns/B; "
+    print(f"model ({result['label']}, {nodes} nodes x {k}): intra alpha {a * 1e6:.1f} us beta {b * 1e9:.3f} ns/B, "
+          f"beyond {links.eager} B {links.step[0] * 1e6:.1f} us more first, {links.step[1] * 1e6:.1f} later; "
           f"inter alpha {big_a * 1e6:.1f} us beta {big_b * 1e9:.3f} ns/B, burst {links.burst} B at "
           f"{links.fast * 1e9:.3f} ns/B; gamma {links.gamma * 1e9:.3f} ns/B")
     if fixed:
@@ -209,7 +243,8 @@ def main(argv=None):
             print(summary(rows))
         sharing(result, links)
         result["model"] = dict(intra=links.intra, inter=links.inter, gamma_s_per_byte=links.gamma, burst=links.burst,
-                               fast_s_per_byte=links.fast, fixed_cost_s=fixed, rows=rows)
+                               fast_s_per_byte=links.fast, pipeline_step_s=links.step, eager_bytes=links.eager,
+                               fixed_cost_s=fixed, rows=rows)
         with open(path, "w") as f:
             json.dump(result, f, indent=1)
         results.append(result)
