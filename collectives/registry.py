@@ -145,14 +145,14 @@ _BY_NAME.update({a.name: a for a in FUSED.values()})
 
 # auto across nodes: (largest message in bytes, algorithm) rows, first match that applies wins;
 # None: the flat choice.  Measured on the 2 nodes x 2 ranks testbed at 1 Gbit/s (bench/net,
-# median ms, three quiet runs): 64 KiB best flat 0.39-0.61, node_leader 0.57-0.68,
-# hierarchical 0.66 (1.22-1.33 before its Allgatherv took the fast path); 1 MiB node_leader
-# 8.04-8.60, hierarchical 8.18-8.72 (the order flips between runs), best flat (the ring)
-# 11.6-11.9; 4 MiB hierarchical 36.7-37.1, node_leader 36.9-40.5.
+# median ms per launch, ranks bound to cores, two quiet runs of 3 launches, 2026-11-24):
+# 64 KiB best flat (recursive doubling or Rabenseifner) 0.34-0.46, hierarchical 0.48-0.65,
+# node_leader 0.49-0.69; 1 MiB hierarchical 7.93-8.15, node_leader 8.45-8.86 (slower in
+# all six launches), best flat (the ring) 11.4-11.6.  node_leader stays for layouts that
+# hierarchical does not take (nodes of different sizes).
 NODE_AUTO = {
     "allreduce": [
         (64 << 10, None),
-        (1 << 20, "allreduce_node_leader"),
         (None, "allreduce_hierarchical"),
         (None, "allreduce_node_leader"),
     ],

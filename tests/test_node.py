@@ -151,7 +151,18 @@ def test_node_allreduce_makes_the_phases_it_describes(monkeypatch, algorithm, sp
                                   f"n={n}: (schedules planned, their rounds) against (calls, the model's rounds)")
 
 
-@pytest.mark.parametrize("nbytes, expected", [(8, None), (1 << 20, "allreduce_node_leader"),
+@pytest.mark.parametrize("spec", ["3,1", "1,2,2"])
+def test_auto_takes_node_leader_where_hierarchical_does_not_apply(monkeypatch, spec):
+    # Nodes of different sizes: NODE_AUTO's hierarchical row does not apply, its last row does.
+    p = MPI.COMM_WORLD.size
+    buf = np.ones((1 << 20) // 8)
+    with _node_comm(monkeypatch, spec) as comm:
+        comm.Allreduce(MPI.IN_PLACE, buf)
+        assert comm.last_algorithm == "allreduce_node_leader"
+        assert np.all(buf == p)
+
+
+@pytest.mark.parametrize("nbytes, expected", [(8, None), (128 << 10, "allreduce_hierarchical"),
                                               (4 << 20, "allreduce_hierarchical")])
 def test_auto_picks_node_aware_only_across_nodes(monkeypatch, nbytes, expected):
     p = MPI.COMM_WORLD.size
