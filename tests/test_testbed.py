@@ -123,6 +123,26 @@ def test_model_check_reads_the_fits():
         assert "burst 256kb" in f.read()
 
 
+def test_measure_binds_rank_r_to_the_r_th_core(monkeypatch):
+    bound = []
+    monkeypatch.setattr(measure.os, "sched_getaffinity", lambda pid: {3, 5})
+    monkeypatch.setattr(measure.os, "sched_setaffinity", lambda pid, cores: bound.append(cores))
+    monkeypatch.delenv("OMPI_COMM_WORLD_RANK", raising=False)
+    monkeypatch.delenv("TESTBED_BIND", raising=False)
+    for rank in range(4):
+        monkeypatch.setenv("PMI_RANK", str(rank))
+        measure.bind()
+    assert bound == [{3}, {5}, {3}, {5}]
+    monkeypatch.setenv("TESTBED_BIND", "none")
+    measure.bind()
+    monkeypatch.delenv("TESTBED_BIND")
+    monkeypatch.delenv("PMI_RANK")
+    measure.bind()
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "1")
+    measure.bind()
+    assert bound == [{3}, {5}, {3}, {5}, {5}]
+
+
 def test_model_check_fits_the_shared_memory_pipeline():
     import model_check
 

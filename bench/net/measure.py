@@ -61,7 +61,8 @@ def bind():
     os.sched_setaffinity(0, {cores[int(rank) % len(cores)]})
 
 
-bind()
+if __name__ == "__main__":  # a launch binds; a test importing the module keeps its cores
+    bind()
 from mpi4py import MPI  # noqa: E402  (after bind: MPI's threads start bound)
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
