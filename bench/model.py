@@ -433,8 +433,9 @@ class Links:
     ranks sharing cores that start costs a turn of the scheduler, once per message whatever its
     length.  It costs most in a call's first level, right after the Barrier that starts a
     timed call, when the receiver may not be running yet (an eager message waits in its cell
-    instead): 42-88 us on the testbed in single exchanges after a Barrier, against 10-12 us
-    between the exchanges of a back-to-back train.  (0, 0): no such term.
+    instead): 24-88 us in twelve bound 2x2 testbed launches (single exchanges after a
+    Barrier), against 10-12 us between the exchanges of a back-to-back train.  (0, 0): no such
+    term.
     """
 
     def __init__(self, intra, inter, gamma, burst=0, fast=0.0, step=(0.0, 0.0), eager=0):
