@@ -104,7 +104,7 @@ def pipeline_step(fits, name):
         first = max(fitted_line(single, *PIPELINE)[1] - statistics.median(within) * 1e-6, 0.0)
     else:
         first = 0.0
-    train = next((f["one_way_us"] for key, f in fits.items() if key.startswith(f"{name}, train of ")), {})
+    train = (train_of(fits, name) or {}).get("one_way_us", {})
     beyond = [int(n) for n in train if int(n) > INTRA_EAGER]
     inside = [int(n) for n in train if int(n) <= INTRA_EAGER]
     if not beyond or not inside:
@@ -115,8 +115,12 @@ def pipeline_step(fits, name):
 def line(fits, name, fallback):
     """(s/byte, s) of a least-squares line through pattern ``name``'s train in ``fits`` (any
     length), else through ``fallback``'s times up to half the burst; both kept >= 0."""
-    train = next((f for key, f in fits.items() if key.startswith(f"{name}, train of ")), None)
-    return fitted_line((train or fallback)["one_way_us"], 0, BURST // 2)
+    return fitted_line((train_of(fits, name) or fallback)["one_way_us"], 0, BURST // 2)
+
+
+def train_of(fits, name):
+    """Pattern ``name``'s train (back-to-back exchanges, any length) in ``fits``, or None."""
+    return next((f for key, f in fits.items() if key.startswith(f"{name}, train of ")), None)
 
 
 def fitted_line(one_way_us, low, high):
