@@ -1370,10 +1370,12 @@ cdef class Fast:
                 return True
             self.agree(ALLGATHER, pl, nf, ("dtype", "itemsize"), True)
             own = recv.ptr + self.rank * bytes_each
-            if send.ptr != own:
+            # A plan that reads IN copies the own block itself, after its first step
+            # (executor.late_copy).
+            if send.ptr != own and not (pl.reads_in and c and p > 1):
                 memcpy(own, send.ptr, bytes_each)
             if c and p > 1:
-                self.launch(ALLGATHER, pl, recv.ptr, NULL, BYTE_CODE, 0)
+                self.launch(ALLGATHER, pl, recv.ptr, send.ptr, BYTE_CODE, 0)
             self.done(pl)
             return True
         finally:
@@ -1589,10 +1591,10 @@ cdef class Fast:
             self.agree(ALLGATHER, pl, nf, ("dtype", "itemsize"), True)
             # The schedule wants the blocks in rank order from 0: other layouts go via scratch.
             acc = recv.ptr if packed else self.scratch(True, total * recv.size)
-            if send.ptr != acc + at[r] * recv.size:
+            if send.ptr != acc + at[r] * recv.size and not (pl.reads_in and total and p > 1):
                 memcpy(acc + at[r] * recv.size, send.ptr, cnt[r] * recv.size)
             if total and p > 1:
-                self.launch(ALLGATHER, pl, acc, NULL, BYTE_CODE, 0)
+                self.launch(ALLGATHER, pl, acc, send.ptr, BYTE_CODE, 0)
             if not packed:
                 move_blocks(recv.ptr, dis, acc, at, cnt, p, recv.size)
             self.done(pl)

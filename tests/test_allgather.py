@@ -109,6 +109,76 @@ def test_allgatherv(comm, mpi_comm, algorithm, dtype):
         assert_everywhere(mpi_comm, _assert_equal, inplace, want, what + " in place")
 
 
+@pytest.mark.parametrize("algorithm", collectives.names("allgather"))
+def test_allgather_own_block_copied_late_or_first(comm, mpi_comm, algorithm, monkeypatch):
+    """Either side of executor.LATE_COPY_BYTES, against native: the own block sent from the
+    input and copied into the result late, or copied first; Allgather and
+    packed Allgatherv, out of place and in place; the input is never written."""
+    from collectives import executor
+
+    p, r = comm.size, comm.rank
+    n = 1000  # 8000 bytes per rank; 8000 (p - 1) received
+    calls = []
+
+    def late_copy(*args):
+        calls.append(args[1:])
+        return executor_late_copy(*args)
+
+    executor_late_copy = executor.late_copy
+    monkeypatch.setattr(executor, "late_copy", late_copy)
+    for limit in (8000 * (p - 1), 8000 * (p - 1) - 1):
+        monkeypatch.setattr(executor, "LATE_COPY_BYTES", limit)
+        calls.clear()
+        c = collectives.Comm(mpi_comm, check=comm.check)  # its own plans, made under this limit
+        send = make_data(np.float64, "sum", n, r)
+        kept = send.copy()
+        want = np.empty(p * n)
+        _native(mpi_comm, send, want)
+        got = np.full(p * n, np.nan)
+        c.Allgather(send, got, algorithm=algorithm)
+        gotv = np.full(p * n, np.nan)
+        c.Allgatherv(send, [gotv, [n] * p], algorithm=algorithm)
+        inplace = np.full(p * n, np.nan)
+        inplace[r * n:(r + 1) * n] = send
+        c.Allgather(MPI.IN_PLACE, inplace, algorithm=algorithm)
+        c.Free()
+        # Planned (for Allgather, then Allgatherv) within the limit the copy moves; one byte
+        # over, it stays first.
+        assert calls == ([(8000 * r, 8000)] * 2 if p > 1 and limit == 8000 * (p - 1) else []), (limit, calls)
+        what = f"{algorithm} limit={limit} p={p}"
+        for name, out in (("Allgather", got), ("Allgatherv", gotv), ("in place", inplace)):
+            assert_everywhere(mpi_comm, _assert_equal, out, want, f"{what} {name}")
+        assert_everywhere(mpi_comm, _assert_equal, send, kept, f"{what}: input untouched")
+
+
+def test_late_copy_moves_the_own_block_copy_as_late_as_the_rows_allow():
+    """executor.late_copy on real schedules, checked row by row: sends of exactly the own
+    block read IN, the copy goes before the first row reading the block otherwise (recursive
+    doubling's second step sends it with the partner's) or last (ring: only the first step
+    sends it); a rank whose rows receive into its block keeps the schedule as it is."""
+    from collectives.executor import late_copy
+    from collectives.registry import plan
+    from collectives.schedule import ACC, COPY, IN, NONE, SENDRECV
+
+    counts = (2, 3, 4, 5)
+    ring, _, _ = plan("allgather_ring", 1, 4, counts)
+    assert list(ring[0]) == [SENDRECV, ACC, 2, 3, 2, ACC, 0, 2, 0]
+    out, copied = late_copy(ring, 2, 3)
+    assert copied
+    assert [list(r) for r in out] == ([[SENDRECV, IN, 0, 3, 2, ACC, 0, 2, 0]] + [list(r) for r in ring[1:]]
+                                      + [[COPY, ACC, 2, 3, NONE, IN, 0, 0, NONE]])
+    rd, _, _ = plan("allgather_recursive_doubling", 1, 4, counts)
+    assert list(rd[1][1:4]) == [ACC, 0, 5]  # the second step sends blocks 0 and 1
+    out, copied = late_copy(rd, 2, 3)
+    assert copied
+    assert [list(r) for r in out] == [[SENDRECV, IN, 0, 3, *rd[0][4:]], [COPY, ACC, 2, 3, NONE, IN, 0, 0, NONE],
+                                      *[list(r) for r in rd[1:]]]
+    folded, _, _ = plan("allgather_recursive_doubling", 0, 3, (10, 10, 10))  # receives the whole result
+    for steps, offset, count in ((ring, 0, 2), (ring, 2, 2), (ring, 2, 0), (folded, 0, 10)):
+        same, copied = late_copy(steps, offset, count)
+        assert not copied and np.array_equal(same, steps)
+
+
 def test_allgatherv_all_empty_but_one(comm, mpi_comm):
     p, r = comm.size, comm.rank
     counts = [0] * p
