@@ -1370,7 +1370,7 @@ cdef class Fast:
                 return True
             self.agree(ALLGATHER, pl, nf, ("dtype", "itemsize"), True)
             own = recv.ptr + self.rank * bytes_each
-            # A plan that reads IN copies the own block itself, after its first step
+            # A plan that reads IN copies the own block itself, as late as it can
             # (executor.late_copy).
             if send.ptr != own and not (pl.reads_in and c and p > 1):
                 memcpy(own, send.ptr, bytes_each)

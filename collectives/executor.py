@@ -46,9 +46,9 @@ EARLY_RECEIVES = MPI.Get_library_version().startswith("MPICH")
 # An all-gather that receives at most this many bytes sends its own block from the input and
 # copies it into the result as late as the schedule allows (``late_copy``), not before it.
 # Copied first, its cache lines are dirty in this core's cache when the peer reads them, which
-# costs more than the copy: at np=2, default Comm against the same with the copy first, two
-# launches, 1.43-1.46x at 64 KiB in all, 1.55-1.77x at 256 KiB, 1.34-1.39x at 1 MiB,
-# 1.21-1.23x at 2 MiB (1 MiB received), equal at 4 MiB.  Receiving more, the copy at the end
+# costs more than the copy: at np=2, default Comm against the same with the copy first, three
+# launches, 1.45-1.47x at 64 KiB in all, 1.68-1.74x at 256 KiB, 1.35-1.38x at 1 MiB,
+# 1.20-1.23x at 2 MiB (1 MiB received), equal at 4 MiB.  Receiving more, the copy at the end
 # reads an input the received blocks have pushed out of the 2 MiB L2: at np=4 the ring lost
 # 4% at 2 MiB (1.5 MiB received) and 6-18% at 4 MiB.
 LATE_COPY_BYTES = 1 << 20
