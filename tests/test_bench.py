@@ -184,3 +184,21 @@ def test_named_algorithms(mpi_comm, names):
 def test_sizes():
     assert sizes(8, 64 << 20, 4) == [8, 16] + [16 * 4**k for k in range(1, 12)]
     assert np.all(np.diff(sizes(8, 1000, 3)) > 0)
+
+
+def test_state_probe(mpi_comm, capsys):
+    """bench.state: its rule on hand figures (the limit itself is not slow), and a run that
+    measures and gives every rank the same verdict, or refuses one rank."""
+    from bench import state
+
+    assert state.slow(301.0, 46.0) and state.slow(139.0, 46.0)
+    assert not state.slow(138.0, 46.0) and not state.slow(80.0, 46.0)
+    code = state.main(mpi_comm)
+    if mpi_comm.size == 1:
+        assert code == 2 and "needs at least 2 ranks" in capsys.readouterr().err
+        return
+    assert code in (0, 1) and set(mpi_comm.allgather(code)) == {code}
+    if mpi_comm.rank == 0:
+        out = capsys.readouterr().out
+        assert f"bench.state: np={mpi_comm.size}" in out
+        assert out.rstrip().endswith("slow state" if code else "fast state"), out
