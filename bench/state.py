@@ -20,22 +20,28 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
+from bench.common import interleaved, stats
+
 NBYTES = 1 << 20
 REPS = 30
 LIMIT = 3.0
 
 
-def median_us(comm, call, reps=REPS):
-    """Median microseconds of ``call`` over ``reps`` calls, each after a Barrier (rank 0's clock)."""
-    for _ in range(3):
-        call()
-    times = []
-    for _ in range(reps):
+def medians_us(comm, calls, reps=REPS):
+    """{name: median microseconds} of each of ``calls`` {name: call}, after three warm-up calls
+    each: ``reps`` rounds in which every call runs once after a Barrier (bench.common's
+    ``interleaved``, so a passing load falls on both alike), timed on rank 0's clock."""
+    for call in calls.values():
+        for _ in range(3):
+            call()
+
+    def timed(name):
         comm.Barrier()
         t0 = MPI.Wtime()
-        call()
-        times.append(MPI.Wtime() - t0)
-    return float(np.median(times)) * 1e6
+        calls[name]()
+        return MPI.Wtime() - t0
+
+    return {name: stats(times)["median_us"] for name, times in interleaved(calls, reps, timed).items()}
 
 
 def slow(out_of_place_us, in_place_us, limit=LIMIT):
@@ -51,9 +57,9 @@ def main(comm=MPI.COMM_WORLD):
     p = comm.size
     block = np.ones(NBYTES // 4 // p, np.float32)
     whole = np.empty(block.size * p, np.float32)
-    out_us = median_us(comm, lambda: comm.Allgather(block, whole))
-    in_us = median_us(comm, lambda: comm.Allgather(MPI.IN_PLACE, whole))
-    out_us, in_us = comm.bcast((out_us, in_us))
+    us = medians_us(comm, {"out": lambda: comm.Allgather(block, whole),
+                           "in": lambda: comm.Allgather(MPI.IN_PLACE, whole)})
+    out_us, in_us = comm.bcast((us["out"], us["in"]))
     state = slow(out_us, in_us)
     if comm.rank == 0:
         library = " ".join(MPI.Get_library_version().splitlines()[0].split())
