@@ -90,6 +90,9 @@ def parser():
     modes.add_argument("--mpich-algorithms", action="store_true",
                        help="one launch per MPICH algorithm choice; best of ours against best of MPICH")
     modes.add_argument("-np", type=int, default=2, help="ranks per launch in those modes (default 2)")
+    modes.add_argument("--wait-fast", type=float, metavar="SECONDS",
+                       help="before each launch in those modes, wait up to SECONDS for bench.state to read "
+                            "the machine's fast state")
     modes.add_argument("--summary", action="store_true", help="no measuring: combine earlier JSON results")
     return ap
 

@@ -8,6 +8,11 @@
   is what runs, and MPIR_CVAR_COLLECTIVE_FALLBACK=error so a choice that does not apply fails
   instead of silently measuring another), plus MPICH's own default (``auto``); per size, the
   best of MPICH against the best of ours.
+* ``--wait-fast SECONDS`` (both modes, and ``collectives-bench tune``): before each launch, run
+  ``bench.state`` (its probe of the machine's slow state) until it reads the fast state, for
+  at most SECONDS; a launch that starts in the slow state anyway says so on stderr and in the
+  JSON file.  On the 2-core machine behind the README one large launch puts the next ones
+  into the slow state for a minute or two, so launches run back to back mix the two states.
 """
 import json
 import os
@@ -16,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 from bench.common import RESULTS, write_json
 
@@ -37,7 +43,10 @@ MPICH_ALGORITHMS = {
 }
 # Set by the launcher of a job; a job started from inside one must not inherit them.
 _LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "HYDRA_", "OMPI_", "PRTE_")
-_PARENT_ONLY = {"--launches": 1, "-np": 1, "--mpich-algorithms": 0, "--json": 1, "--csv": 1, "--results": 1}
+_PARENT_ONLY = {"--launches": 1, "-np": 1, "--mpich-algorithms": 0, "--json": 1, "--csv": 1, "--results": 1,
+                "--wait-fast": 1}
+# Seconds between two probes while waiting for the fast state.
+PROBE_EVERY = 20
 
 
 def child_argv(argv):
@@ -64,9 +73,47 @@ def mpiexec():
     return found
 
 
-def launch(np_, argv, env=None, timeout=3600):
-    """Run the benchmark once on ``np_`` ranks; (results list, None) or (None, error text)."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_PREFIXES)}
+def _clean_env():
+    """This environment without what a launcher set for the job it started."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_PREFIXES)}
+
+
+def probe():
+    """One ``bench.state`` launch on 2 ranks: (fast: bool, its line); a probe that fails to run
+    raises SystemExit with its error."""
+    done = subprocess.run([mpiexec(), "-n", "2", sys.executable, "-m", "bench.state"], env=_clean_env(),
+                          capture_output=True, text=True, timeout=300)
+    line = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    if done.returncode not in (0, 1) or not line:
+        raise SystemExit(f"collectives-bench: the state probe failed (exit status {done.returncode}): "
+                         f"{(done.stderr or done.stdout).strip()[-300:]}")
+    return done.returncode == 0, line
+
+
+def wait_fast(limit, check=probe, sleep=time.sleep, clock=time.monotonic):
+    """Probe until the fast state or ``limit`` seconds: (fast, the last probe's line, probes run).
+    A probe runs at once, then every PROBE_EVERY seconds while time is left."""
+    end, probes = clock() + limit, 0
+    while True:
+        fast, line = check()
+        probes += 1
+        print(f"[collectives-bench] {line}", file=sys.stderr, flush=True)
+        if fast or clock() + PROBE_EVERY > end:
+            if not fast:
+                print(f"[collectives-bench] still the slow state after {limit:g} s: launching anyway",
+                      file=sys.stderr, flush=True)
+            return fast, line, probes
+        sleep(PROBE_EVERY)
+
+
+def launch(np_, argv, env=None, timeout=3600, wait=None):
+    """Run the benchmark once on ``np_`` ranks; (results list, None) or (None, error text).
+    ``wait`` seconds (None: no probe): first wait for the fast state (``wait_fast``); the
+    results then carry the probe's verdict as ``state`` ("fast" or "slow")."""
+    state = None
+    if wait is not None:
+        state = "fast" if wait_fast(wait)[0] else "slow"
+    clean = _clean_env()
     clean.update(env or {})
     with tempfile.TemporaryDirectory(prefix="collectives-bench-") as tmp:
         path = os.path.join(tmp, "out.json")
@@ -82,7 +129,11 @@ def launch(np_, argv, env=None, timeout=3600):
                         if line.rsplit(":", 1)[-1].strip()), "no output")
             return None, f"exit status {done.returncode}: {why[:200]}"
         with open(path) as f:
-            return json.load(f)["results"], None
+            results = json.load(f)["results"]
+        if state:
+            for result in results:
+                result["state"] = state
+        return results, None
 
 
 def _spread(values):
@@ -110,11 +161,14 @@ def repeat(args, argv):
     runs = []
     for k in range(args.launches):
         print(f"[collectives-bench] launch {k + 1}/{args.launches} on {args.np} ranks", file=sys.stderr, flush=True)
-        results, error = launch(args.np, child_argv(argv))
+        results, error = launch(args.np, child_argv(argv), wait=args.wait_fast)
         if error:
             raise SystemExit(f"collectives-bench: launch {k + 1} failed: {error}")
         runs.append(results)
     lines, records = [], []
+    states = [results[0].get("state") for results in runs]
+    if any(states):
+        lines.append(f"# bench.state before each launch read: {', '.join(states)}")
     for t, result in enumerate(runs[0]):
         test = result["collective"]
         ratios = {}
@@ -138,7 +192,8 @@ def repeat(args, argv):
         lines.append("")
     print("\n".join(lines), flush=True)
     path = write_json(f"launches_np{args.np}_x{args.launches}.json",
-                      {"argv": child_argv(argv), "launches": args.launches, "ratios": records, "runs": runs},
+                      {"argv": child_argv(argv), "launches": args.launches, "states": states, "ratios": records,
+                       "runs": runs},
                       args.results or RESULTS)
     print(f"# wrote {path}")
     return 0
@@ -160,7 +215,8 @@ def mpich_sweep(args, argv):
                                             "MPIR_CVAR_DEVICE_COLLECTIVES": "none",
                                             "MPIR_CVAR_COLLECTIVE_FALLBACK": "error"}
             print(f"[collectives-bench] {test}: MPICH {name}", file=sys.stderr, flush=True)
-            results, error = launch(args.np, test_argv if name == "auto" else test_argv + ["-a", "native"], env)
+            results, error = launch(args.np, test_argv if name == "auto" else test_argv + ["-a", "native"], env,
+                                    wait=args.wait_fast)
             if error:
                 invalid[name] = error
             else:
@@ -207,4 +263,6 @@ def main(args, argv):
     """Run the mode ``args`` asks for."""
     if args.launches is not None and args.launches < 1:
         raise SystemExit("collectives-bench: --launches must be at least 1")
+    if args.wait_fast is not None and args.wait_fast < 0:
+        raise SystemExit("collectives-bench: --wait-fast must be 0 seconds or more")
     return mpich_sweep(args, argv) if args.mpich_algorithms else repeat(args, argv)

@@ -73,6 +73,9 @@ def parser():
                          "collectives not measured (default: the hand-set policy, bench/tuning_base.json; "
                          "'' for none)")
     ap.add_argument("--note", default="", help="text for the table's metadata (e.g. the machine's load)")
+    ap.add_argument("--wait-fast", type=float, metavar="SECONDS",
+                    help="before each launch, wait up to SECONDS for bench.state to read the machine's fast "
+                         "state (bench.launches); the table's metadata lists each launch's state")
     return ap
 
 
@@ -196,7 +199,7 @@ def main(argv=None):
         (lo, hi), factor, (nlo, nhi), budget = (8, 64 << 10), 64, (2, 2), 0.05
     sweep = [*args.collectives, "-m", f"{lo or 8}:{hi}", "-f", str(factor), "-a", "all", "--budget", str(budget),
              "-x", "3"]
-    sweeps, cores = {}, os.cpu_count() or 1
+    sweeps, states, cores = {}, {}, os.cpu_count() or 1
     base = load(args.base) if args.base else None
     for np_ in range(nlo, nhi + 1):
         if args.source:
@@ -210,10 +213,12 @@ def main(argv=None):
             for k in range(args.launches):
                 print(f"[collectives-bench tune] np={np_} launch {k + 1}/{args.launches}: {' '.join(sweep)}",
                       file=sys.stderr, flush=True)
-                results, error = launch(np_, sweep)
+                results, error = launch(np_, sweep, wait=args.wait_fast)
                 if error:
                     raise SystemExit(f"collectives-bench tune: the launch at np={np_} failed: {error}")
                 launches.append(results)
+                if args.wait_fast is not None:
+                    states.setdefault(str(np_), []).append(results[0]["state"])
             try:
                 results = merge(launches)
             except ValueError as exc:
@@ -226,7 +231,8 @@ def main(argv=None):
             "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "ranks_measured": sorted(sweeps), "bytes": [lo or 8, hi], "stepfactor": factor, "budget_s": budget,
             "launches": args.launches, "tolerance": args.tolerance, "statistic": args.stat, "base": args.base, "cores": cores,
-            "oversubscribed_above_ranks": cores, "note": args.note,
+            "oversubscribed_above_ranks": cores, "note": args.note, "wait_fast_s": args.wait_fast,
+            "launch_states": states,
             "environment": next(iter(sweeps.values()))[0].get("env"),
         }
         # Written after every rank count, so a sweep cut short still leaves a table.

@@ -31,8 +31,30 @@ def _data(text):
 
 
 def test_child_argv():
-    argv = ["--launches", "3", "-np", "4", "allreduce", "-m", "8:64", "--json=x.json", "--mpich-algorithms"]
+    argv = ["--launches", "3", "-np", "4", "allreduce", "-m", "8:64", "--json=x.json", "--mpich-algorithms",
+            "--wait-fast", "60"]
     assert launches.child_argv(argv) == ["allreduce", "-m", "8:64"]
+
+
+def test_wait_fast_probes_until_the_fast_state_or_the_limit():
+    """A probe at once, then one every PROBE_EVERY seconds while the limit leaves room for it;
+    the fast state ends the wait, the limit ends it in the slow state."""
+    every = launches.PROBE_EVERY
+
+    def run(limit, verdicts):
+        now, slept, seen = [0.0], [], iter(verdicts)
+
+        def sleep(seconds):
+            slept.append(seconds)
+            now[0] += seconds
+
+        return launches.wait_fast(limit, check=lambda: next(seen), sleep=sleep, clock=lambda: now[0]), slept
+
+    assert run(600, [(False, "a"), (False, "b"), (True, "c")]) == ((True, "c", 3), [every, every])
+    assert run(2.5 * every, [(False, "a")] * 9) == ((False, "a", 3), [every, every])
+    assert run(2 * every, [(False, "a")] * 9) == ((False, "a", 3), [every, every])
+    assert run(0, [(False, "a")]) == ((False, "a", 1), [])
+    assert run(0, [(True, "b")]) == ((True, "b", 1), [])
 
 
 @installed
@@ -68,8 +90,12 @@ def test_sweep_outputs_parse(tmp_path):
 @installed
 def test_launches_and_plot(tmp_path):
     got = _run([COMMAND, "--launches", "2", "-np", "2", "allreduce", "-m", "8:8", "-i", "3", "-a", "auto",
-                "--budget", "0.1", "--results", str(tmp_path)], tmp_path)
+                "--budget", "0.1", "--results", str(tmp_path), "--wait-fast", "0"], tmp_path)
     assert got.returncode == 0, got.stderr
+    # --wait-fast 0: one real bench.state probe before each launch, whatever it reads.
+    assert got.stderr.count("bench.state: np=2") == 2, got.stderr
+    states = next(line for line in got.stdout.splitlines() if line.startswith("# bench.state before each launch"))
+    assert states.split(": ", 1)[1] in {"fast, fast", "fast, slow", "slow, fast", "slow, slow"}, states
     rows = {row[1]: row for row in _data(got.stdout)}
     assert set(rows) == {"native", "default", "auto"}
     for row in rows.values():
@@ -82,3 +108,21 @@ def test_launches_and_plot(tmp_path):
     got = _run([COMMAND, "plot", str(path), "-o", str(tmp_path)], tmp_path)
     assert got.returncode == 0, got.stderr
     assert (tmp_path / "allreduce_np2_glibc.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@installed
+def test_tune_quick_writes_a_table_auto_reads(tmp_path):
+    """``collectives-bench tune --quick``: one launch, after one real state probe, writes a
+    table that collectives.tuning loads, with the launch's state in its metadata."""
+    from collectives import tuning
+
+    path = tmp_path / "table.json"
+    got = _run([COMMAND, "tune", "allreduce", "--quick", "--wait-fast", "0", "--base", "", "-o", str(path)],
+               tmp_path)
+    assert got.returncode == 0, got.stderr
+    assert got.stderr.count("bench.state: np=2") == 1, got.stderr
+    table = tuning.load(str(path))
+    assert table.metadata["launch_states"]["2"] in (["fast"], ["slow"]) and table.metadata["wait_fast_s"] == 0
+    # The measured rows (np=2 is the smallest and largest measured) before the table's catch-all.
+    measured = [row for row in table.rows["allreduce"] if row.ranks == (1, 2)]
+    assert measured and measured[0].bytes[0] == 0 and measured[-1].bytes[1] is None
