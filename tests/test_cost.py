@@ -96,30 +96,58 @@ def test_per_byte_is_linear_in_lg_n_between_sizes():
 
 
 # A fit of the shared-memory model: at np=3 alpha 1 us, beta 0.1 ns/B at 4 KiB and 0.3 ns/B
-# from 64 KiB, gamma 0.01 ns/B at 4 KiB and 0.03 ns/B from 64 KiB, the kernel 1.5x slower
-# shared by 3 processes.
+# from 64 KiB; beyond the eager cell alpha 5 us, beta 0.2 ns/B at 16 KiB and 0.4 ns/B from
+# 256 KiB; gamma 0.01 ns/B at 4 KiB and 0.03 ns/B from 64 KiB, the kernel 1.5x slower shared by
+# 3 processes.
 SHM = {"ping_pong": [[3, 1e-6, [[4096, 1e-10], [65536, 3e-10]]]],
+       "pipeline": [[3, 5e-6, [[16384, 2e-10], [262144, 4e-10]]]],
        "gamma_by_size": [[4096, 1e-11], [65536, 3e-11]], "share_by_ranks": [[1, 1.0], [2, 1.0], [3, 1.5]]}
 
 
 def test_shm_params_by_hand():
-    from bench.model import shm_params
+    from bench.model import EAGER, shm_params
 
-    # 16 KiB is half way from 4 KiB to 64 KiB in lg n.
+    # 16 KiB is half way from 4 KiB to 64 KiB in lg n; at np=3 its messages (a third) are eager.
     alpha, beta, gamma = shm_params(SHM, 3, 16384)
     assert (alpha, beta, gamma) == pytest.approx((1e-6, 2e-10, 2e-11 * 1.5))
-    assert shm_params(SHM, 3, 1 << 26) == pytest.approx((1e-6, 3e-10, 3e-11 * 1.5))
+    # From 3 x (EAGER + 1) bytes a third is beyond the eager cell: the pipeline's alpha and beta
+    # (64 KiB is half way from 16 KiB to 256 KiB in lg n).
+    assert shm_params(SHM, 3, 3 * EAGER + 2)[0] == 1e-6 and shm_params(SHM, 3, 3 * (EAGER + 1))[0] == 5e-6
+    assert shm_params(SHM, 3, 65536) == pytest.approx((5e-6, 3e-10, 3e-11 * 1.5))
+    assert shm_params(SHM, 3, 1 << 26) == pytest.approx((5e-6, 4e-10, 3e-11 * 1.5))
     with pytest.raises(SystemExit, match="no ping-pong or kernel sharing at np=4"):
         shm_params(SHM, 4, 16384)
-    with pytest.raises(SystemExit, match="lack share_by_ranks"):
-        shm_params({k: v for k, v in SHM.items() if k != "share_by_ranks"}, 3, 16384)
+    for key in ("share_by_ranks", "pipeline"):
+        with pytest.raises(SystemExit, match=f"lack {key}"):
+            shm_params({k: v for k, v in SHM.items() if k != key}, 3, 16384)
+
+
+def test_model_fits_the_pipelined_alpha_from_the_ping_pong_beyond_the_eager_cell():
+    from bench import model
+
+    # One-way p50 = 2 us eager; from 16 KiB 7 us + n x 0.1 ns/B, and 64 MiB at twice the rate.
+    def p50(n):
+        return 2e-6 if n <= 4096 else 7e-6 + n * (1e-10 if n <= (1 << 20) else 2e-10)
+
+    rows = [{"algorithm": "native", "size": n, "p50(us)": p50(n) * 1e6}
+            for n in (8, 4096, 16384, 65536, 262144, 1 << 20, 1 << 26)]
+    start, table = model.fit_pipeline(rows, 2e-6)
+    assert start == pytest.approx(7e-6)  # the line through 16, 64 and 256 KiB
+    assert [n for n, _ in table] == [16384, 65536, 262144, 1 << 20, 1 << 26]
+    # One message of n bytes still costs its ping-pong time.
+    for n, per in table:
+        assert start + n * per == pytest.approx(p50(n))
+    # The eager alpha is the floor, and the line needs two sizes.
+    assert model.fit_pipeline(rows, 9e-6)[0] == 9e-6
+    with pytest.raises(SystemExit, match="fewer than two sizes"):
+        model.fit_pipeline([r for r in rows if r["size"] != 65536 and r["size"] != 262144], 2e-6)
 
 
 def test_compare_adds_the_fixed_cost_at_4_kib():
     from bench.model import compare
 
-    def ring(n, beta, gamma):  # allreduce_ring's header at p = 3, alpha 1 us
-        return 4 * 1e-6 + 2 * (2 / 3) * n * beta + (2 / 3) * n * gamma
+    def ring(n, alpha, beta, gamma):  # allreduce_ring's header at p = 3
+        return 4 * alpha + 2 * (2 / 3) * n * beta + (2 / 3) * n * gamma
 
     def row(size, us, algorithm="allreduce_ring", place="out"):
         return {"size": size, "algorithm": algorithm, "place": place, "p50(us)": us, "min(us)": us / 2}
@@ -129,12 +157,19 @@ def test_compare_adds_the_fixed_cost_at_4_kib():
     result = {"collective": "allreduce", "np": 3, "rows": [
         row(12, 5.0), row(4092, 20.0), row(4092, 1.0, "native"), row(16380, 30.0), row(65532, 90.0), row(65532, 80.0, place="in"),
         row(65532, 70.0, "native"), row(65532, 60.0, "allreduce_rabenseifner")]}
-    fixed = 20e-6 - ring(4092, *_shm_at(4092))
-    expected = (ring(65532, *_shm_at(65532)) + fixed) * 1e6
+    # At 4 KiB the messages are eager (alpha 1 us); at 64 KiB they go by the pipeline (5 us).
+    fixed = 20e-6 - ring(4092, 1e-6, *_shm_at(4092))
+    expected = (ring(65532, 5e-6, *_pipe_at(65532)) + fixed) * 1e6
     # Only the ring's out-of-place 64 KiB cell: native is no algorithm, Rabenseifner has no 4 KiB cell.
     (cell,) = compare([result], SHM)
     assert cell[:6] == ("allreduce", 3, 65532, "allreduce_ring", 90.0, 45.0)
     assert cell[6:] == pytest.approx((expected, fixed * 1e6, expected / 90 - 1, expected / 45 - 1))
+
+
+def _pipe_at(n):
+    """SHM's pipelined beta and gamma at n bytes, by hand (beta linear in lg n from 16 KiB to 256 KiB)."""
+    w = min(max(math.log2(n / 16384) / 4, 0), 1)
+    return 2e-10 + w * 2e-10, _shm_at(n)[1]
 
 
 def _shm_at(n):
