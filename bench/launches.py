@@ -205,7 +205,7 @@ def mpich_sweep(args, argv):
 
     base = child_argv(argv)
     tests = [t for t in args.tests if t not in P2P_TESTS]
-    lines, records = [], []
+    lines, records, states = [], [], {}
     for test in tests:
         cvar, names = MPICH_ALGORITHMS[test]
         test_argv = [test] + [w for w in base if w not in args.tests]
@@ -221,6 +221,7 @@ def mpich_sweep(args, argv):
                 invalid[name] = error
             else:
                 per_choice[name] = results[0]
+                states[f"{test} {name}"] = results[0].get("state")
         if "auto" not in per_choice:
             raise SystemExit(f"collectives-bench: the launch with MPICH's defaults failed: {invalid['auto']}")
         lines += [f"# {test} np={args.np}: best MPICH choice (MPIR_CVAR_{cvar}_INTRA_ALGORITHM, one launch each; "
@@ -253,7 +254,7 @@ def mpich_sweep(args, argv):
                          f"{best['p50(us)']:>10.2f} {record['ratio']:>10.2f} {same:>16}")
         lines.append("")
     print("\n".join(lines), flush=True)
-    path = write_json(f"mpich_algorithms_np{args.np}.json", {"argv": base, "best": records},
+    path = write_json(f"mpich_algorithms_np{args.np}.json", {"argv": base, "states": states, "best": records},
                       args.results or RESULTS)
     print(f"# wrote {path}")
     return 0
