@@ -19,8 +19,9 @@ and projected to large rank counts.
     intercept of a least-squares line through the same ping-pong's p50 at PIPELINE_FIT sizes
     (at least alpha(p)), and beta(p, n) is then (p50 - that intercept) / n, so one message of
     n bytes still costs its ping-pong time; a schedule's steps of n / p bytes each pay the
-    start-up instead of a share of the whole message's.  On this machine it is 3.7 us against
-    1.5 at np=2 and 14 against 7 at np=4 (ping-pong 16 KiB 5.3 us, 256 KiB 24 us at np=2).
+    start-up instead of a share of the whole message's.  On this machine, in two fits, it is
+    3.7-4.0 us against 1.5 at np=2 and 11-14 against 7 at np=4 (ping-pong 16 KiB 5.3 us, 256 KiB
+    24 us at np=2).
     Against a fast-state sweep of np 2..8 (2026-11-24), the same fit with it puts 282 of 840
     cells within 25%, and 194 without it;
   - gamma(n), the float32 sum kernel (collectives.kernels.reduce_into, the combine every
@@ -226,15 +227,16 @@ def fit_share(max_ranks=8, nbytes=SHARE_BYTES, seconds=0.1):
     return [(p, wall / walls[0]) for p, wall in enumerate(walls, 1)]
 
 
-def fit(budget, ranks=RANKS):
+def fit(budget, ranks=RANKS, wait=None):
     """Fitted parameters (the module docstring): alpha(p) and beta(p, n) from a ping-pong launch
-    at each p of ``ranks``, gamma(n) and share(p) in this process."""
+    at each p of ``ranks`` (each after waiting up to ``wait`` seconds for the fast state, as
+    bench.launches does; None: no probe), gamma(n) and share(p) in this process."""
     from bench.launches import launch
 
     pings = {}
     for p in ranks:
         print(f"[collectives-bench model] ping-pong at np={p}", file=sys.stderr)
-        results, error = launch(p, ["latency", "-m", "8:64M", "-f", "4", "--budget", str(budget)])
+        results, error = launch(p, ["latency", "-m", "8:64M", "-f", "4", "--budget", str(budget)], wait=wait)
         if error:
             raise SystemExit(f"collectives-bench model: the ping-pong launch at np={p} failed: {error}")
         pings[p] = results[0]["rows"]
@@ -359,13 +361,16 @@ def main(argv=None):
     ap.add_argument("--ranks", default=f"{RANKS[0]}:{RANKS[-1]}", help="rank counts of the ping-pong launches "
                     "and the kernel's sharing when fitting, lo:hi (the results' np must be among them)")
     ap.add_argument("--out", default=os.path.join(RESULTS, "model.json"), help="where to write the numbers")
+    ap.add_argument("--wait-fast", type=float, metavar="SECONDS",
+                    help="before each ping-pong launch, wait up to SECONDS for bench.state to read the machine's "
+                         "fast state (bench.launches)")
     args = ap.parse_args(argv)
     if args.params:
         with open(args.params) as f:
             params = json.load(f)
         params = params.get("params", params)  # an earlier run's output holds them under "params"
     else:
-        params = fit(args.budget, ranks_of(args.ranks))
+        params = fit(args.budget, ranks_of(args.ranks), args.wait_fast)
     a, g = params["alpha_s"], params["gamma_s_per_byte"]
     lines = [f"# fitted on this machine: alpha {a * 1e6:.2f} us (np=2, fastest); gamma(n) "
              + ", ".join(f"{human(n)} {x * 1e12:.0f}" for n, x in params["gamma_by_size"])
