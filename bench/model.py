@@ -21,9 +21,9 @@ and projected to large rank counts.
     n bytes still costs its ping-pong time; a schedule's steps of n / p bytes each pay the
     start-up instead of a share of the whole message's.  On this machine, in two fits, it is
     3.7-4.0 us against 1.5 at np=2 and 11-14 against 7 at np=4 (ping-pong 16 KiB 5.3 us, 256 KiB
-    24 us at np=2).
-    Against a fast-state sweep of np 2..8 (2026-11-24), the same fit with it puts 282 of 840
-    cells within 25%, and 194 without it;
+    24 us at np=2).  Over two fits and two fast-state sweeps of np 2..8 (2026-11-24 and -25,
+    each fit against each sweep) it puts 218-282 of 840 cells within 25%, against 168-194
+    without it;
   - gamma(n), the float32 sum kernel (collectives.kernels.reduce_into, the combine every
     reducing schedule calls) at n bytes, median of several runs, 4 KiB .. 64 MiB: in cache
     and out of it;
