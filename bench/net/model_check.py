@@ -62,17 +62,16 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from bench.model import LARGE, Links, fit_gamma, fixed_cost, predict, walk  # noqa: E402  (the repository root is put on sys.path just above)
+from bench.model import (  # noqa: E402  (the repository root is put on sys.path just above)
+    EAGER as INTRA_EAGER, LARGE, PIPELINE_FIT as PIPELINE, Links, fit_gamma, fixed_cost, predict, walk)
 
 # testbed.sh's tbf burst (256kb: KiB in tc's units) as TCP payload: a 1500-byte MTU frame of
 # 1514 bytes on the wire carries 1448 bytes (timestamps on).
 BURST = (256 << 10) * 1448 // 1514
 IN_BURST_FROM = 4096
-# Shared-memory messages: the largest that MPICH 5.0.2 sent in one eager cell (bench/model.py's
-# Links), the sizes within it, and the measured sizes beyond it that give the pipeline's start-up.
-INTRA_EAGER = 8064
+# Shared-memory messages within MPICH 5.0.2's eager cell (INTRA_EAGER, bench/model.py's EAGER;
+# the sizes beyond it that give the pipeline's start-up are its PIPELINE_FIT, here PIPELINE).
 EAGER_SIZES = (0, 4096)
-PIPELINE = (16 << 10, 256 << 10)
 EXCHANGE = "inter-node exchange"
 SHARED = "inter-node exchange, {k} pairs on one link"
 INTRA = "intra-node exchange, every node at once"
