@@ -92,7 +92,11 @@ def probe():
 
 def wait_fast(limit, check=probe, sleep=time.sleep, clock=time.monotonic):
     """Probe until the fast state or ``limit`` seconds: (fast, the last probe's line, probes run).
-    A probe runs at once, then every PROBE_EVERY seconds while time is left."""
+    A probe runs at once, then every PROBE_EVERY seconds while time is left.  A negative limit
+    is refused before any probe (every mode that waits, tune and model included, comes here
+    before its first launch)."""
+    if limit < 0:
+        raise SystemExit("collectives-bench: --wait-fast must be 0 seconds or more")
     end, probes = clock() + limit, 0
     while True:
         fast, line = check()
@@ -264,6 +268,4 @@ def main(args, argv):
     """Run the mode ``args`` asks for."""
     if args.launches is not None and args.launches < 1:
         raise SystemExit("collectives-bench: --launches must be at least 1")
-    if args.wait_fast is not None and args.wait_fast < 0:
-        raise SystemExit("collectives-bench: --wait-fast must be 0 seconds or more")
     return mpich_sweep(args, argv) if args.mpich_algorithms else repeat(args, argv)

@@ -55,6 +55,8 @@ def test_wait_fast_probes_until_the_fast_state_or_the_limit():
     assert run(2 * every, [(False, "a")] * 9) == ((False, "a", 3), [every, every])
     assert run(0, [(False, "a")]) == ((False, "a", 1), [])
     assert run(0, [(True, "b")]) == ((True, "b", 1), [])
+    with pytest.raises(SystemExit, match="--wait-fast must be 0 seconds or more"):
+        run(-1, [])
 
 
 @installed
