@@ -239,6 +239,20 @@ def test_model_check_predicts_each_launch_from_its_own_fits(tmp_path, capsys):
         with open(path) as f:
             assert json.load(f)["model"]["rows"][0]["predicted_s"] == pytest.approx(p)
     assert "per launch:" in capsys.readouterr().out
+    # The combination given back as if it were a launch: a message naming its launches, and
+    # the file left as it was (model_check writes each launch's model into the launch's file).
+    with open(out) as f:
+        before = f.read()
+    with pytest.raises(SystemExit, match=r"combined.json is a combination of the launches l1, l2, l3"):
+        model_check.main([out])
+    with open(out) as f:
+        assert f.read() == before
+    with open(paths[0], "w") as f:
+        json.dump({"results": []}, f)
+    with pytest.raises(SystemExit, match="not a bench/net/measure.py result .*no layout, links, allreduce_median_s"):
+        model_check.main([paths[0]])
+    with open(paths[0], "w") as f:
+        json.dump(records[0], f)
     records[2]["layout"]["hosts"] = {"ctb-n0": [1], "ctb-n1": [0]}
     with open(paths[2], "w") as f:
         json.dump(records[2], f)

@@ -222,6 +222,17 @@ def sharing(result, links):
                 print(f"  {int(n) >> 10} KiB: {model * 1e3:.2f} / {t * 1e-3:.2f} ({model / (t * 1e-6) - 1:+.0%})")
 
 
+def not_a_launch(result):
+    """Why ``result`` (a JSON file's content) is not one measure.py launch, or None if it is."""
+    if "launches" in result:
+        return (f"is a combination of the launches {', '.join(result['launches'])} (model_check -o wrote it): "
+                "give their own files, net_<label>.json each")
+    missing = [key for key in ("layout", "links", "allreduce_median_s") if key not in result]
+    if missing:
+        return f"is not a bench/net/measure.py result (it has no {', '.join(missing)})"
+    return None
+
+
 def main(argv=None):
     """Compare each launch named on the command line with its own model and write that into its
     file; with ``-o``, also the launches' combination (several launches need it)."""
@@ -235,6 +246,9 @@ def main(argv=None):
     for path in args.launches:
         with open(path) as f:
             result = json.load(f)
+        problem = not_a_launch(result)
+        if problem:
+            raise SystemExit(f"model_check: {path} {problem}")
         links, fixed, rows = check(result)
         describe(result, links, fixed)
         if len(args.launches) == 1:
