@@ -247,10 +247,17 @@ def test_model_check_predicts_each_launch_from_its_own_fits(tmp_path, capsys):
         model_check.main([out])
     with open(out) as f:
         assert f.read() == before
+    # A wrong file after a good one: the good one does not get its model written either.
+    with open(paths[1], "w") as f:
+        json.dump(records[1], f)
+    with open(paths[1]) as f:
+        good = f.read()
     with open(paths[0], "w") as f:
         json.dump({"results": []}, f)
-    with pytest.raises(SystemExit, match="not a bench/net/measure.py result .*no layout, links, allreduce_median_s"):
-        model_check.main([paths[0]])
+    with pytest.raises(SystemExit, match="not a bench/net/measure.py result .*no label, layout, links, allreduce_median_s"):
+        model_check.main(["-o", out, paths[1], paths[0]])
+    with open(paths[1]) as f:
+        assert f.read() == good
     with open(paths[0], "w") as f:
         json.dump(records[0], f)
     records[2]["layout"]["hosts"] = {"ctb-n0": [1], "ctb-n1": [0]}

@@ -227,7 +227,7 @@ def not_a_launch(result):
     if "launches" in result:
         return (f"is a combination of the launches {', '.join(result['launches'])} (model_check -o wrote it): "
                 "give their own files, net_<label>.json each")
-    missing = [key for key in ("layout", "links", "allreduce_median_s") if key not in result]
+    missing = [key for key in ("label", "layout", "links", "allreduce_median_s") if key not in result]
     if missing:
         return f"is not a bench/net/measure.py result (it has no {', '.join(missing)})"
     return None
@@ -242,13 +242,17 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if len(args.launches) > 1 and not args.output:
         parser.error("several launches need -o (where to write their combination)")
-    results, checks = [], []
+    # Every file is read and checked before any is written, so a wrong one among them leaves
+    # all of them as they were.
+    launches = []
     for path in args.launches:
         with open(path) as f:
-            result = json.load(f)
-        problem = not_a_launch(result)
+            launches.append((path, json.load(f)))
+        problem = not_a_launch(launches[-1][1])
         if problem:
             raise SystemExit(f"model_check: {path} {problem}")
+    results, checks = [], []
+    for path, result in launches:
         links, fixed, rows = check(result)
         describe(result, links, fixed)
         if len(args.launches) == 1:
