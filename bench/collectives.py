@@ -416,6 +416,10 @@ def sweep(comm, collective, size_list, *, algorithms=("all",), dtype="float32", 
                 ok = wrong[j] == 0
                 block.append(result_row(cases[place], name, place, got if ok else None, k, wrong[j], factor))
                 block[-1].update(redop=redop, root=root if collective in ROOTED else -1)
+                if name in (DEFAULT, AUTO):
+                    # The algorithm the call ran (its explain line's name), so a launch can set
+                    # it beside the same algorithm's row by name.
+                    block[-1]["ran"] = handle[name].explain(collective, count, dtype).split(":")[0]
                 if isinstance(calls[j], Compressed):
                     block[-1].update(calls[j].columns(comm))
             add_ratios(block, NATIVE_LABEL)

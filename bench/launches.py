@@ -160,6 +160,20 @@ def auto_vs_best(results):
     return {cell: _spread(got) for cell, got in per.items()}
 
 
+def auto_vs_itself(results):
+    """{(size, place): (median, min, max)} over launches of p50 of the algorithm ``auto`` ran, by
+    name, / auto p50 within each launch: the same call timed as two contenders, so how far
+    apart two identical calls read (the resolution of ``auto_vs_best``), from one test's records."""
+    per = {}
+    for result in results:
+        rows = {(row["size"], row["place"], row["algorithm"]): row for row in result["rows"]}
+        for (size, place, name), row in rows.items():
+            same = rows.get((size, place, row.get("ran")))
+            if name == "auto" and row["p50(us)"] is not None and same and same["p50(us)"] is not None:
+                per.setdefault((size, place), []).append(same["p50(us)"] / row["p50(us)"])
+    return {cell: _spread(got) for cell, got in per.items()}
+
+
 def repeat(args, argv):
     """``--launches N``: lines with the median and spread of every ratio over N launches."""
     runs = []
@@ -189,10 +203,14 @@ def repeat(args, argv):
                             "median": med, "min": lo, "max": hi, "ratios": got})
             lines.append(f"{size:>12} {name:>34} {place:>5} {med:>7.2f} {lo:>7.2f} {hi:>7.2f} {len(got):>3}")
         lines += [f"# {test} np={args.np}: best named algorithm p50 / auto p50 within each launch (1 = auto chose "
-                  "the fastest; >= 0.95 is within 5%); median, min and max over the launches",
-                  f"#{'size':>11} {'place':>5} {'median':>7} {'min':>7} {'max':>7}"]
-        for (size, place), (med, lo, hi) in sorted(auto_vs_best([results[t] for results in runs]).items()):
-            lines.append(f"{size:>12} {place:>5} {med:>7.2f} {lo:>7.2f} {hi:>7.2f}")
+                  "the fastest; >= 0.95 is within 5%); median, min and max over the launches; then the same for "
+                  "auto's own choice by name / auto (one call timed twice: how far apart equal calls read)",
+                  f"#{'size':>11} {'place':>5} {'median':>7} {'min':>7} {'max':>7} {'itself':>7} {'min':>7} {'max':>7}"]
+        mine = [results[t] for results in runs]
+        itself = auto_vs_itself(mine)
+        for cell, (med, lo, hi) in sorted(auto_vs_best(mine).items()):
+            same = " ".join(f"{x:>7.2f}" for x in itself[cell]) if cell in itself else f"{'-':>7} {'-':>7} {'-':>7}"
+            lines.append(f"{cell[0]:>12} {cell[1]:>5} {med:>7.2f} {lo:>7.2f} {hi:>7.2f} {same}")
         lines.append("")
     print("\n".join(lines), flush=True)
     path = write_json(f"launches_np{args.np}_x{args.launches}.json",

@@ -230,6 +230,24 @@ def test_repeat_mode_reports_auto_against_the_best_named_algorithm():
     assert auto_vs_best([launch(2.0, 1.9), launch(2.0, 2.0), launch(2.0, 1.0)]) == {(8, "out"): (0.95, 0.5, 1.0)}
 
 
+def test_repeat_mode_sets_auto_beside_its_own_choice_by_name():
+    from bench.launches import auto_vs_itself
+
+    def launch(auto, ring, ran="allreduce_ring"):
+        rows = [("native", 1.0, None), ("auto", auto, ran), ("allreduce_ring", ring, None),
+                ("allreduce_binomial", 0.5, None)]
+        return {"rows": [{"size": 8, "place": "out", "algorithm": a, "p50(us)": t, **({"ran": r} if r else {})}
+                         for a, t, r in rows]
+                + [{"size": 64, "place": "out", "algorithm": "auto", "p50(us)": 3.0, "ran": "allreduce_ring"}]}
+
+    # The ring by name / auto, which ran the ring: 1.9 / 2.0, 2.2 / 2.0, 2.0 / 2.0; the binomial
+    # row, faster, is not auto's choice and does not count; 64 B has no ring row, and a launch
+    # whose auto ran another algorithm has nothing to set beside it.
+    got = auto_vs_itself([launch(2.0, 1.9), launch(2.0, 2.2), launch(2.0, 2.0), launch(2.0, 9.0, "allreduce_tree")])
+    assert got.keys() == {(8, "out")}
+    assert got[(8, "out")] == pytest.approx((1.0, 0.95, 1.1))
+
+
 def test_tune_merges_launches_by_median_p50_and_least_min():
     def launch(p50s, mins, order=(0, 1)):
         rows = [{"size": 8, "place": "out", "algorithm": a, "p50(us)": p, "min(us)": m}
