@@ -39,6 +39,9 @@ and projected to large rank counts.
   schedule, the oversubscribed ranks' latency beyond alpha) does not depend on the size: it is
   the same algorithm's p50 at 4 KiB in the same result record less ``cost`` there, as the
   testbed model below takes it (a size 16x below the smallest predicted one).
+* Agreement: when the results hold the same cell more than once (a repeat mode's file holds
+  each of its launches), one launch's p50 taken as the prediction of another's, counted
+  within 25% as the model's cells are: the most a model can score on such launches here.
 * Testbed (``predict``, run by bench/net/model_check.py): each algorithm's own schedule walked
   over a node map, with shared memory within a node, links shared by the messages of a step
   and the links' token bucket, plus the call's fixed cost (the comment above ``Links``).
@@ -331,13 +334,38 @@ def crossovers(collective, points):
 
 
 def results_from(paths):
-    """Benchmark result records in the JSON files ``paths`` (a sweep's own file or --json output)."""
+    """Benchmark result records in the JSON files ``paths`` (a sweep's own file, --json output, or
+    a repeat mode's file: the records of each of its launches)."""
     out = []
     for path in paths:
         with open(path) as f:
             data = json.load(f)
-        out += data["results"] if "results" in data else [data]
+        if "runs" in data:
+            out += [result for run in data["runs"] for result in run]
+        else:
+            out += data["results"] if "results" in data else [data]
     return out
+
+
+def agreement(results):
+    """Rows (np, within, pairs): for each np, the cells of LARGE and more (as ``compare`` takes
+    them) that more than one record measured, one record's p50 taken as the prediction of
+    another's, over every ordered pair of records: how many are within 25%.  It is what a model
+    that knew one launch exactly would score against the other, the ceiling of ``compare``'s
+    count on such launches."""
+    cells = {}
+    for result in results:
+        p = result["np"]
+        for row in result["rows"]:
+            if row["place"] == "out" and row["size"] > LARGE - 4 * p and row["p50(us)"] \
+                    and row["algorithm"].startswith(result["collective"] + "_"):
+                cells.setdefault((result["collective"], p, row["size"], row["algorithm"]), []).append(row["p50(us)"])
+    out = {}
+    for (_, p, _, _), times in cells.items():
+        pairs = [(a, b) for i, a in enumerate(times) for j, b in enumerate(times) if i != j]
+        within, total = out.get(p, (0, 0))
+        out[p] = (within + sum(abs(a / b - 1) <= 0.25 for a, b in pairs), total + len(pairs))
+    return [(p, *out[p]) for p in sorted(out) if out[p][1]]
 
 
 def ranks_of(text):
@@ -379,7 +407,8 @@ def main(argv=None):
     lines += [f"# np={p}: alpha(p) {alpha * 1e6:.1f} us, pipelined {pipes[p][0] * 1e6:.1f} us, beta(p, n) "
               + ", ".join(f"{human(n)} {b * 1e12:.0f}" for n, b in pipes[p][1] if n >= LARGE) + " ps/byte"
               for p, alpha, _ in params["ping_pong"]]
-    rows = compare(results_from(args.results or sorted(glob.glob(os.path.join(RESULTS, "tune_np*.json")))), params)
+    results = results_from(args.results or sorted(glob.glob(os.path.join(RESULTS, "tune_np*.json"))))
+    rows = compare(results, params)
     if rows:
         lines += [f"# predicted beside measured, {human(LARGE)} and more; predicted = cost(p, n, pipelined alpha(p), "
                   "beta(p, n), gamma(n) x share(p)) + fixed; error = predicted / measured - 1",
@@ -397,6 +426,11 @@ def main(argv=None):
             worst = max(mine, key=lambda r: abs(r[8]))
             text.append(f"worst against p50 {worst[3]} {human(worst[2])} at np={worst[1]} {worst[8]:+.0%}")
             lines.append(f"# {'all' if p is None else f'np={p}'}: " + "; ".join(text))
+    same = agreement(results)
+    if same:
+        lines.append("# the same cells in different launches (one launch's p50 as the prediction of another's, "
+                     "every ordered pair): within 25%: " + ", ".join(f"np={p} {k} of {n}" for p, k, n in same)
+                     + f"; all {sum(k for _, k, _ in same)} of {sum(n for _, _, n in same)}")
     projection = {}
     size_list = sizes(8, 64 << 20, 4)
     for net, (alpha, beta) in NETWORKS.items():

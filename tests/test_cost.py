@@ -1,5 +1,6 @@
 """Every algorithm's ``cost`` (alpha-beta-gamma) against the Cost line of its header."""
 import importlib
+import json
 import math
 
 import pytest
@@ -164,6 +165,30 @@ def test_compare_adds_the_fixed_cost_at_4_kib():
     (cell,) = compare([result], SHM)
     assert cell[:6] == ("allreduce", 3, 65532, "allreduce_ring", 90.0, 45.0)
     assert cell[6:] == pytest.approx((expected, fixed * 1e6, expected / 90 - 1, expected / 45 - 1))
+
+
+def test_agreement_of_launches_by_hand(tmp_path):
+    from bench.model import agreement, results_from
+
+    def launch(ring, binomial, gather=50.0):
+        def row(size, us, algorithm, place="out"):
+            return {"size": size, "algorithm": algorithm, "place": place, "p50(us)": us}
+        return [{"collective": "allreduce", "np": 3, "rows": [
+                    row(65532, ring, "allreduce_ring"), row(65532, binomial, "allreduce_binomial"),
+                    row(65532, 1.0, "native"), row(65532, 1.0, "auto"), row(65532, 9.0, "allreduce_ring", "in"),
+                    row(4092, 1.0, "allreduce_ring")]},
+                {"collective": "gather", "np": 2, "rows": [row(1 << 20, gather, "gather_linear")]}]
+
+    # A repeat mode's file holds each launch's records.
+    path = tmp_path / "launches_np3_x3.json"
+    path.write_text(json.dumps({"runs": [launch(100.0, 100.0), launch(120.0, 200.0), launch(130.0, 100.0)]}))
+    # The ring's 64 KiB cell: 100, 120, 130 pairwise, 100/120 -17%, 120/100 +20%, 100/130 -23%,
+    # 130/100 +30% (out), 120/130 -8%, 130/120 +8%: 5 of 6.  The binomial's: 100 against 200 (-50%,
+    # +100%) out four times, 100 against 100 twice in: 2 of 6.  Native, auto, in place and 4 KiB
+    # are no cells.  The gather at np=2: 3 launches of 50 us, 6 of 6.
+    assert agreement(results_from([str(path)])) == [(2, 6, 6), (3, 7, 12)]
+    # One launch has no pair.
+    assert agreement(launch(100.0, 100.0)) == []
 
 
 def _pipe_at(n):
