@@ -12,7 +12,7 @@
 Sizes: ``-m MIN:MAX`` (OSU) or ``-b MIN -e MAX -f FACTOR`` (nccl-tests), units K, M, G (binary).
 Iterations: ``-i/-n`` timed calls and ``-x/-w`` warm-up calls per contender and size; by default
 OSU's: 1000 after 200 warm-up below 8 KiB and 100 after 10 from 8 KiB for collectives, 10000 /
-1000 (warm-up 100 / 10) for latency, 100 / 20 windows of 64 messages (warm-up 10 / 2) for bw and
+1000 (warm-up 100 / 10) for latency and exchange, 100 / 20 windows of 64 messages (warm-up 10 / 2) for bw and
 bibw.  ``--budget`` seconds per size may end the timed loop earlier; the rows say how many ran.
 """
 import argparse
@@ -23,7 +23,7 @@ import sys
 
 COLLECTIVE_TESTS = ("allreduce", "bcast", "reduce", "allgather", "reduce_scatter", "alltoall", "gather",
                     "scatter", "barrier")
-P2P_TESTS = ("latency", "bw", "bibw")
+P2P_TESTS = ("latency", "bw", "bibw", "exchange")
 
 
 def parse_bytes(text):

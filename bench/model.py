@@ -101,6 +101,11 @@ def cost_of(name):
     return importlib.import_module(f"collectives.algorithms.{name}").cost
 
 
+def steps_of(name):
+    """The ``STEPS`` of algorithm ``name``: "exchange" or "one-way" (collectives.algorithms._cost)."""
+    return importlib.import_module(f"collectives.algorithms.{name}").STEPS
+
+
 def fit_alpha(rows, column="min(us)"):
     """alpha in seconds from ping-pong rows: the least one-way time in ``column`` up to SMALL
     (by default the fastest sample: on a shared machine it is the one other jobs did not delay)."""
@@ -236,29 +241,35 @@ def fit(budget, ranks=RANKS, wait=None):
     bench.launches does; None: no probe), gamma(n) and share(p) in this process."""
     from bench.launches import launch
 
-    pings = {}
+    pings, exchanges = {}, {}
     for p in ranks:
-        print(f"[collectives-bench model] ping-pong at np={p}", file=sys.stderr)
-        results, error = launch(p, ["latency", "-m", "8:64M", "-f", "4", "--budget", str(budget)], wait=wait)
-        if error:
-            raise SystemExit(f"collectives-bench model: the ping-pong launch at np={p} failed: {error}")
-        pings[p] = results[0]["rows"]
+        for test, into in (("latency", pings), ("exchange", exchanges)):
+            print(f"[collectives-bench model] {test} at np={p}", file=sys.stderr)
+            results, error = launch(p, [test, "-m", "8:64M", "-f", "4", "--budget", str(budget)], wait=wait)
+            if error:
+                raise SystemExit(f"collectives-bench model: the {test} launch at np={p} failed: {error}")
+            into[p] = results[0]["rows"]
     print("[collectives-bench model] the reduction kernel and its sharing", file=sys.stderr)
     gamma = fit_gamma_by_size()
     beta = {p: fit_beta(rows) for p, rows in pings.items()}
     return {"alpha_s": fit_alpha(pings[min(pings)]), "gamma_s_per_byte": one_gamma(gamma),
             "ping_pong": [(p, alpha, table) for p, (alpha, table) in beta.items()],
             "pipeline": [(p, *fit_pipeline(pings[p], alpha)) for p, (alpha, _) in beta.items()],
+            "exchange": [(p, [(r["size"], r["p50(us)"] * 1e-6) for r in rows
+                              if r["algorithm"] == "native" and r["p50(us)"] is not None])
+                         for p, rows in exchanges.items()],
             "gamma_by_size": gamma, "share_by_ranks": fit_share(max(ranks)), "cores": len(os.sched_getaffinity(0)),
             "ping_pong_us": [(p, [(r["size"], r["min(us)"], r["p50(us)"]) for r in rows if r["algorithm"] == "native"])
                              for p, rows in pings.items()]}
 
 
-def shm_params(params, p, n):
+def shm_params(params, p, n, steps="one-way"):
     """(alpha, beta, gamma) that ``cost`` gets for ``p`` ranks and ``n`` bytes on this machine
     (the module docstring): alpha(p), beta(p, n), gamma(n) x share(p); the pipelined alpha(p)
-    and its beta(p, n) when n / p is beyond the eager cell."""
-    missing = {"ping_pong", "pipeline", "gamma_by_size", "share_by_ranks"} - params.keys()
+    and its beta(p, n) when n / p is beyond the eager cell.  ``steps`` "exchange" (an
+    algorithm's STEPS): beta(p, n) from the exchange instead, (its p50 at n - that alpha) / n,
+    so one step of n bytes costs the measured exchange."""
+    missing = {"ping_pong", "pipeline", "exchange", "gamma_by_size", "share_by_ranks"} - params.keys()
     if missing:
         raise SystemExit(f"collectives-bench model: the parameters lack {', '.join(sorted(missing))} "
                          "(an older fit): fit again")
@@ -270,12 +281,18 @@ def shm_params(params, p, n):
     alpha, table = pings[p]
     if n // p > EAGER:
         alpha, table = {q: (start, rest) for q, start, rest in params["pipeline"]}[p]
+    if steps == "exchange":
+        times = dict(map(tuple, params["exchange"])).get(p)
+        if times is None:
+            raise SystemExit(f"collectives-bench model: the fit has no exchange at np={p}: fit with --ranks")
+        table = [(m, max(t - alpha, 0.0) / m) for m, t in times if m >= SMALL]
     return alpha, per_byte(table, n), per_byte(params["gamma_by_size"], n) * share[p]
 
 
 def predicted(name, p, n, params):
-    """Seconds of ``cost`` of algorithm ``name`` for ``p`` ranks and ``n`` bytes under ``shm_params``."""
-    return cost_of(name)(p, n, *shm_params(params, p, n))
+    """Seconds of ``cost`` of algorithm ``name`` for ``p`` ranks and ``n`` bytes under ``shm_params``
+    for its STEPS."""
+    return cost_of(name)(p, n, *shm_params(params, p, n, steps_of(name)))
 
 
 def fixed_costs(result, params, names):
@@ -405,13 +422,17 @@ def main(argv=None):
              + f" ps/byte; share(p) on {params['cores']} cores " + ", ".join(f"{p} {x:.2f}" for p, x in params["share_by_ranks"])]
     pipes = {p: (start, table) for p, start, table in params["pipeline"]}
     lines += [f"# np={p}: alpha(p) {alpha * 1e6:.1f} us, pipelined {pipes[p][0] * 1e6:.1f} us, beta(p, n) "
-              + ", ".join(f"{human(n)} {b * 1e12:.0f}" for n, b in pipes[p][1] if n >= LARGE) + " ps/byte"
+              + ", ".join(f"{human(n)} {b * 1e12:.0f}" for n, b in pipes[p][1] if n >= LARGE)
+              + " ps/byte; exchange beta(p, n) "
+              + ", ".join(f"{human(n)} {shm_params(params, p, n, 'exchange')[1] * 1e12:.0f}"
+                          for n, _ in pipes[p][1] if n >= LARGE) + " ps/byte"
               for p, alpha, _ in params["ping_pong"]]
     results = results_from(args.results or sorted(glob.glob(os.path.join(RESULTS, "tune_np*.json"))))
     rows = compare(results, params)
     if rows:
         lines += [f"# predicted beside measured, {human(LARGE)} and more; predicted = cost(p, n, pipelined alpha(p), "
-                  "beta(p, n), gamma(n) x share(p)) + fixed; error = predicted / measured - 1",
+                  "beta(p, n) (the exchange's for STEPS exchange), gamma(n) x share(p)) + fixed; "
+                  "error = predicted / measured - 1",
                   f"#{'collective':>15} {'np':>3} {'size':>9} {'algorithm':>34} {'p50(us)':>11} {'min(us)':>11} "
                   f"{'predicted':>11} {'fixed':>9} {'err(p50)':>8} {'err(min)':>8}"]
         lines += [f"{c:>16} {p:>3} {human(n):>9} {name:>34} {m:>11.1f} {low:>11.1f} {pr:>11.1f} {f:>9.1f} "

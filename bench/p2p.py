@@ -1,4 +1,5 @@
-"""Point-to-point latency, bandwidth and bidirectional bandwidth between ranks 0 and 1.
+"""Point-to-point latency, bandwidth and bidirectional bandwidth between ranks 0 and 1, and the
+exchange of every rank with its ring neighbours.
 
 The semantics of OSU's osu_latency, osu_bw and osu_bibw: ``latency`` is half a ping-pong
 round trip; ``bw`` is a window of 64 nonblocking sends from rank 0 into 64 receives posted on
@@ -7,11 +8,16 @@ As in OSU, every message of a window uses the same send buffer and the same rece
 Each is measured with native mpi4py Isend/Irecv (Send/Recv for latency) and with collectives'
 Push/Receive primitives (``collectives.p2p``), interleaved in one launch; ranks other than 0
 and 1 only take part in the Barrier before each sample.
+
+``exchange`` (no OSU counterpart) is one step of a ring or pairwise schedule: every rank sends
+its message to rank + 1 and receives one from rank - 1 at once (Sendrecv; Push and Receive),
+the time of the slowest rank.  On shared memory all ranks then move data through the one
+memory system together, which a ping-pong between two ranks does not show.
 """
 import numpy as np
 from mpi4py import MPI
 
-TESTS = ("latency", "bw", "bibw")
+TESTS = ("latency", "bw", "bibw", "exchange")
 WINDOW = 64
 TAG = 1
 # OSU's defaults: osu_latency 10000 iterations after 100 warm-up below 8 KiB, 1000 after 10
@@ -19,6 +25,7 @@ TAG = 1
 OSU_P2P = {"latency": {"small": (10000, 100), "large": (1000, 10)},
            "bw": {"small": (100, 10), "large": (20, 2)},
            "bibw": {"small": (100, 10), "large": (20, 2)}}
+OSU_P2P["exchange"] = OSU_P2P["latency"]
 NATIVE, OURS = "native", "ours"
 
 
@@ -38,11 +45,21 @@ class P2PCase:
         self.out = np.empty(nbytes, np.uint8)
         self.want = _pattern(nbytes, 1 - r) if r < 2 and (test != "bw" or r == 1) else None
         # Bytes one call moves, and the calls per reported time (a ping-pong is two latencies).
-        self.moved = nbytes * {"latency": 1, "bw": WINDOW, "bibw": 2 * WINDOW}[test]
+        self.moved = nbytes * {"latency": 1, "bw": WINDOW, "bibw": 2 * WINDOW, "exchange": 1}[test]
         self.per_call = 2 if test == "latency" else 1
         peer = 1 - r
         ack = np.zeros(4, np.uint8)
-        if r > 1:
+        if test == "exchange":
+            right, left = (r + 1) % comm.size, (r - 1) % comm.size
+            self.want = _pattern(nbytes, left)
+
+            def native():
+                comm.Sendrecv(self.send, right, TAG, self.out, left, TAG)
+
+            def mine():
+                ours.Wait([ours.Receive(self.out, left), ours.Push(self.send, right)])
+            self.calls = {NATIVE: native, OURS: mine}
+        elif r > 1:
             self.calls = {NATIVE: lambda: None, OURS: lambda: None}
         elif test == "latency":
             first = r == 0
@@ -91,10 +108,12 @@ class P2PCase:
 
 def sweep(comm, test, size_list, *, iterations=None, warmup=None, budget=2.0, sample_s=200e-6,
           min_reps=3, validate=False, progress=None, **_):
-    """Measure ``test`` (latency, bw, bibw) at ``size_list`` bytes, native beside ours; the record.
+    """Measure ``test`` (latency, bw, bibw, exchange) at ``size_list`` bytes, native beside ours;
+    the record.
 
-    Times are per one-way message for latency and per window for bw / bibw; ``MB/s`` is OSU's
-    bandwidth, bytes moved / average time (MB = 10**6 B).
+    Times are per one-way message for latency, per window for bw / bibw and per step for
+    exchange; ``MB/s`` is OSU's bandwidth, bytes moved / average time (MB = 10**6 B), and for
+    exchange each rank's bytes sent.
     """
     import collectives
     from bench.collectives import MALLOC, add_ratios, binding, osu_counts, result_row, validate_and_measure

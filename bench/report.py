@@ -11,7 +11,8 @@ import io
 OSU_TITLES = {"allreduce": "Allreduce", "bcast": "Broadcast", "reduce": "Reduce", "allgather": "Allgather",
               "reduce_scatter": "Reduce_scatter", "alltoall": "All-to-All Personalized Exchange",
               "gather": "Gather", "scatter": "Scatter", "barrier": "Barrier"}
-P2P_TITLES = {"latency": "Latency", "bw": "Bandwidth", "bibw": "Bi-Directional Bandwidth"}
+P2P_TITLES = {"latency": "Latency", "bw": "Bandwidth", "bibw": "Bi-Directional Bandwidth",
+              "exchange": "Ring Exchange Latency"}
 # Per-row fields of the CSV, then the launch's.
 CSV_ROW = ("collective", "np", "size", "count", "type", "redop", "root", "algorithm", "place", "min(us)",
            "p50(us)", "p99(us)", "max(us)", "avg(us)", "iters", "batch", "algbw(GB/s)", "busbw(GB/s)", "MB/s",

@@ -119,7 +119,7 @@ def test_p2p(mpi_comm, test):
         case = p2p.P2PCase(test, 100, mpi_comm, ours)
         # Nothing sent: every receiving rank counts every byte wrong.
         wrong = mpi_comm.allreduce(case.check(lambda: None))
-        receivers = 1 if test == "bw" else 2
+        receivers = {"bw": 1, "exchange": mpi_comm.size}.get(test, 2)
         assert wrong == receivers * 100
     finally:
         ours.Free()
@@ -166,7 +166,7 @@ def test_command_line_sizes():
                                                                                        ["auto", "native"])
     with pytest.raises(SystemExit):
         cli.size_range(ap.parse_args(["-m", "8:64", "-b", "8"]))
-    assert cli.tests_of(["p2p", "allreduce"], ap) == ["latency", "bw", "bibw", "allreduce"]
+    assert cli.tests_of(["p2p", "allreduce"], ap) == ["latency", "bw", "bibw", "exchange", "allreduce"]
     assert cli.known_algorithm("ring", ["bcast", "allreduce"]) and cli.known_algorithm("auto", ["bcast"])
     assert not cli.known_algorithm("ring", ["bcast"]) and not cli.known_algorithm("rnig", ["allreduce"])
     with pytest.raises(SystemExit):

@@ -45,6 +45,7 @@ def _module(name):
 def test_every_algorithm_has_a_cost(name):
     mod = _module(name)
     assert callable(getattr(mod, "cost", None)), f"{name} has no cost(p, n, alpha, beta, gamma)"
+    assert getattr(mod, "STEPS", None) in ("exchange", "one-way"), f"{name} has no STEPS"
     assert "Cost" in mod.__doc__
     for p in (2, 3, 8):
         small, large = mod.cost(p, 8, A, B, G), mod.cost(p, 1 << 24, A, B, G)
@@ -99,9 +100,11 @@ def test_per_byte_is_linear_in_lg_n_between_sizes():
 # A fit of the shared-memory model: at np=3 alpha 1 us, beta 0.1 ns/B at 4 KiB and 0.3 ns/B
 # from 64 KiB; beyond the eager cell alpha 5 us, beta 0.2 ns/B at 16 KiB and 0.4 ns/B from
 # 256 KiB; gamma 0.01 ns/B at 4 KiB and 0.03 ns/B from 64 KiB, the kernel 1.5x slower shared by
-# 3 processes.
+# 3 processes.  Every rank's exchange with its neighbours at once took 21 us at 8 KiB (left out:
+# below 4 KiB), 5 us + 0.6 ns/B at 64 KiB and 5 us + 0.8 ns/B at 1 MiB.
+XCHG = [[8, 21e-6], [65536, 5e-6 + 65536 * 6e-10], [1 << 20, 5e-6 + (1 << 20) * 8e-10]]
 SHM = {"ping_pong": [[3, 1e-6, [[4096, 1e-10], [65536, 3e-10]]]],
-       "pipeline": [[3, 5e-6, [[16384, 2e-10], [262144, 4e-10]]]],
+       "pipeline": [[3, 5e-6, [[16384, 2e-10], [262144, 4e-10]]]], "exchange": [[3, XCHG]],
        "gamma_by_size": [[4096, 1e-11], [65536, 3e-11]], "share_by_ranks": [[1, 1.0], [2, 1.0], [3, 1.5]]}
 
 
@@ -118,7 +121,18 @@ def test_shm_params_by_hand():
     assert shm_params(SHM, 3, 1 << 26) == pytest.approx((5e-6, 4e-10, 3e-11 * 1.5))
     with pytest.raises(SystemExit, match="no ping-pong or kernel sharing at np=4"):
         shm_params(SHM, 4, 16384)
-    for key in ("share_by_ranks", "pipeline"):
+    # An exchange algorithm: beta so that one step of n bytes costs the exchange's p50 there,
+    # with the alpha in use (the pipeline's here), linear in lg n between the exchange's sizes.
+    assert shm_params(SHM, 3, 65536, "exchange") == pytest.approx((5e-6, 6e-10, 3e-11 * 1.5))
+    assert shm_params(SHM, 3, 1 << 20, "exchange")[1] == pytest.approx(8e-10)
+    assert shm_params(SHM, 3, 1 << 18, "exchange")[1] == pytest.approx(7e-10)
+    # With the eager alpha (1 us) at 16 KiB: the table's 64 KiB point is (5 us - 1 us) / 64 KiB + 0.6 ns/B.
+    assert shm_params(SHM, 3, 16384, "exchange")[1] == pytest.approx(4e-6 / 65536 + 6e-10)
+    with pytest.raises(SystemExit, match="no exchange at np=4"):
+        shm_params(dict(SHM, ping_pong=SHM["ping_pong"] + [[4, 1e-6, [[4096, 1e-10]]]],
+                        pipeline=SHM["pipeline"] + [[4, 5e-6, [[16384, 2e-10]]]],
+                        share_by_ranks=SHM["share_by_ranks"] + [[4, 2.0]]), 4, 65536, "exchange")
+    for key in ("share_by_ranks", "pipeline", "exchange"):
         with pytest.raises(SystemExit, match=f"lack {key}"):
             shm_params({k: v for k, v in SHM.items() if k != key}, 3, 16384)
 
@@ -159,8 +173,10 @@ def test_compare_adds_the_fixed_cost_at_4_kib():
         row(12, 5.0), row(4092, 20.0), row(4092, 1.0, "native"), row(16380, 30.0), row(65532, 90.0), row(65532, 80.0, place="in"),
         row(65532, 70.0, "native"), row(65532, 60.0, "allreduce_rabenseifner")]}
     # At 4 KiB the messages are eager (alpha 1 us); at 64 KiB they go by the pipeline (5 us).
-    fixed = 20e-6 - ring(4092, 1e-6, *_shm_at(4092))
-    expected = (ring(65532, 5e-6, *_pipe_at(65532)) + fixed) * 1e6
+    # The ring exchanges (STEPS): its beta is the exchange's, whose first size from 4 KiB is
+    # 64 KiB; 4092 and 65532 B both take that end value, with the alpha each is charged.
+    fixed = 20e-6 - ring(4092, 1e-6, (5e-6 + 65536 * 6e-10 - 1e-6) / 65536, _shm_at(4092)[1])
+    expected = (ring(65532, 5e-6, 6e-10, _pipe_at(65532)[1]) + fixed) * 1e6
     # Only the ring's out-of-place 64 KiB cell: native is no algorithm, Rabenseifner has no 4 KiB cell.
     (cell,) = compare([result], SHM)
     assert cell[:6] == ("allreduce", 3, 65532, "allreduce_ring", 90.0, 45.0)

@@ -3,6 +3,12 @@
 Every algorithm module has ``cost(p, n, alpha, beta, gamma)``: the time its header's Cost line
 gives for p ranks and an n-byte message, with alpha seconds per message, beta seconds per
 byte on the wire and gamma seconds per byte combined.  ``collectives-bench model`` (bench/model.py) evaluates them.
+
+Each also has ``STEPS``, the pattern of its messages, which says which measured beta the
+model gives ``cost`` on shared memory: "exchange" when every rank sends and receives at once in
+each step (ring, pairwise, recursive doubling and halving), whose bytes all cross the one
+memory system together; "one-way" when messages flow to or from a root (trees, linear), as in
+a ping-pong.
 """
 
 

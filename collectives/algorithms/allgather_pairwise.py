@@ -13,6 +13,9 @@ Cost: (p-1) alpha + ((p-1)/p) n beta.
 from ..schedule import ACC, displacements
 
 
+STEPS = "exchange"  # every rank sends and receives at once in each step
+
+
 def cost(p, n, alpha, beta, gamma):
     """The header's Cost for p ranks and n bytes."""
     return (p - 1) * alpha + (p - 1) / p * n * beta

@@ -15,6 +15,9 @@ but each still pays its start-up, so the model charges every one.
 from ..schedule import ACC, TMP
 
 
+STEPS = "exchange"  # every rank sends and receives at once in each step
+
+
 def cost(p, n, alpha, beta, gamma):
     """The header's Cost for p ranks and n bytes."""
     return (p - 1) * (alpha + n * (beta + gamma))

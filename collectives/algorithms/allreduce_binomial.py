@@ -15,6 +15,9 @@ from .bcast_binomial import bcast_binomial
 from .reduce_binomial import reduce_binomial
 
 
+STEPS = "one-way"  # messages flow to or from a root, not every rank both ways at once
+
+
 def cost(p, n, alpha, beta, gamma):
     """The header's Cost for p ranks and n bytes."""
     return 2 * lg(p) * (alpha + n * beta) + lg(p) * n * gamma

@@ -28,6 +28,9 @@ from ..node import Phase, call
 from ..schedule import blocks
 
 
+STEPS = "exchange"  # every rank sends and receives at once in each step
+
+
 def cost(p, n, alpha, beta, gamma, k=None, inter=None):
     """The header's Cost for p ranks (k per node, default all on one) and n bytes; ``inter``
     is (A, B) between nodes, default (alpha, beta)."""

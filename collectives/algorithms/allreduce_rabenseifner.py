@@ -19,6 +19,9 @@ from .allgather_recursive_doubling import allgather_recursive_doubling
 from .reduce_scatter_recursive_halving import reduce_scatter_recursive_halving
 
 
+STEPS = "exchange"  # every rank sends and receives at once in each step
+
+
 def cost(p, n, alpha, beta, gamma):
     """The header's Cost for p ranks and n bytes."""
     q, e = pof2(p), folded(p)

@@ -22,6 +22,9 @@ from ._cost import pof2, folded
 from ._fold import Fold
 
 
+STEPS = "exchange"  # every rank sends and receives at once in each step
+
+
 def cost(p, n, alpha, beta, gamma):
     """The header's Cost for p ranks and n bytes."""
     steps, e = pof2(p).bit_length() - 1, folded(p)

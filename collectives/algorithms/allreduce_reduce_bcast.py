@@ -11,6 +11,9 @@ Cost: 2 (p-1) (alpha + n beta) + (p-1) n gamma, all at rank 0.
 from ..schedule import ACC, TMP
 
 
+STEPS = "one-way"  # messages flow to or from a root, not every rank both ways at once
+
+
 def cost(p, n, alpha, beta, gamma):
     """The header's Cost for p ranks and n bytes."""
     return 2 * (p - 1) * (alpha + n * beta) + (p - 1) * n * gamma

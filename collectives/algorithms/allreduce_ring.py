@@ -16,6 +16,9 @@ from .allgather_ring import allgather_ring
 from .reduce_scatter_ring import reduce_scatter_ring
 
 
+STEPS = "exchange"  # every rank sends and receives at once in each step
+
+
 def cost(p, n, alpha, beta, gamma):
     """The header's Cost for p ranks and n bytes."""
     return 2 * (p - 1) * alpha + 2 * (p - 1) / p * n * beta + (p - 1) / p * n * gamma

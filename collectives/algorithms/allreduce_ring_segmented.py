@@ -27,6 +27,9 @@ from .reduce_scatter_ring import reduce_scatter_ring
 SEGMENT = 16 << 10
 
 
+STEPS = "exchange"  # every rank sends and receives at once in each step
+
+
 def cost(p, n, alpha, beta, gamma, itemsize=4):
     """The header's Cost for p ranks and n bytes (float32 segments)."""
     m = SEGMENT * itemsize

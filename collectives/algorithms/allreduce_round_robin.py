@@ -21,6 +21,9 @@ from .allgather_pairwise import allgather_pairwise
 from .reduce_scatter_pairwise import reduce_scatter_pairwise
 
 
+STEPS = "exchange"  # every rank sends and receives at once in each step
+
+
 def cost(p, n, alpha, beta, gamma):
     """The header's Cost for p ranks and n bytes."""
     return 2 * (p - 1) * alpha + 2 * (p - 1) / p * n * beta + (p - 1) / p * n * gamma

@@ -12,6 +12,9 @@ from ..schedule import ACC
 from ._cost import lg
 
 
+STEPS = "exchange"  # every rank sends and receives at once in each step
+
+
 def cost(p, n, alpha, beta, gamma):
     """The header's Cost for p ranks and n bytes."""
     return lg(p) * alpha

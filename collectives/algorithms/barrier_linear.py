@@ -10,6 +10,9 @@ Cost: 2 (p-1) alpha at rank 0.
 from ..schedule import ACC
 
 
+STEPS = "one-way"  # messages flow to or from a root, not every rank both ways at once
+
+
 def cost(p, n, alpha, beta, gamma):
     """The header's Cost for p ranks and n bytes."""
     return 2 * (p - 1) * alpha

@@ -15,6 +15,9 @@ from .allgather_ring import allgather_ring
 from .scatter_binomial import scatter_binomial
 
 
+STEPS = "one-way"  # the scatter leaves the root one way (the all-gather after it exchanges)
+
+
 def cost(p, n, alpha, beta, gamma):
     """The header's Cost for p ranks and n bytes."""
     return (lg(p) + p - 1) * alpha + 2 * (p - 1) / p * n * beta

@@ -12,6 +12,9 @@ from ..schedule import ACC, IN
 from ._linear import star
 
 
+STEPS = "one-way"  # messages flow to or from a root, not every rank both ways at once
+
+
 def cost(p, n, alpha, beta, gamma):
     """The header's Cost for p ranks and n bytes."""
     return (p - 1) * alpha + (p - 1) / p * n * beta

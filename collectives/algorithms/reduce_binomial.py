@@ -18,6 +18,9 @@ from ._binomial import tree
 from ._cost import lg
 
 
+STEPS = "one-way"  # messages flow to or from a root, not every rank both ways at once
+
+
 def cost(p, n, alpha, beta, gamma):
     """The header's Cost for p ranks and n bytes."""
     return lg(p) * (alpha + n * beta + n * gamma)

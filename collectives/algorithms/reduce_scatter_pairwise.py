@@ -26,6 +26,9 @@ Cost: (p-1) alpha + ((p-1)/p) n beta + ((p-1)/p) n gamma.
 from ..schedule import ACC, IN, OUT, TMP, displacements
 
 
+STEPS = "exchange"  # every rank sends and receives at once in each step
+
+
 def cost(p, n, alpha, beta, gamma):
     """The header's Cost for p ranks and n bytes."""
     return (p - 1) * alpha + (p - 1) / p * n * (beta + gamma)

@@ -15,6 +15,9 @@ from ._binomial import Blocks, tree
 from ._cost import lg
 
 
+STEPS = "one-way"  # messages flow to or from a root, not every rank both ways at once
+
+
 def cost(p, n, alpha, beta, gamma):
     """The header's Cost for p ranks and n bytes."""
     return lg(p) * alpha + (p - 1) / p * n * beta
