@@ -195,7 +195,17 @@ class Case:
         self.prefill = prefill
         self.count = count
         self.nbytes = self.moved = count * self.dtype.itemsize
-        self.call = lambda comm, **kw: getattr(comm, method)(*args, **kwargs, **kw)
+        self.method, self.args, self.kwargs = method, args, kwargs
+
+    def call(self, comm, **kw):
+        """One call of the collective on ``comm`` (``kw``: more keywords, e.g. ``algorithm``)."""
+        return getattr(comm, self.method)(*self.args, **self.kwargs, **kw)
+
+    def bound(self, comm, **kw):
+        """A call of no arguments with the method and every keyword looked up and merged once,
+        so contenders with and without ``algorithm=`` pay the same per call."""
+        method, args, kwargs = getattr(comm, self.method), self.args, {**self.kwargs, **kw}
+        return lambda: method(*args, **kwargs)
 
     def check(self, call):
         """Run ``call`` once on poisoned output; the number of elements that differ from exact."""
@@ -399,8 +409,7 @@ def sweep(comm, collective, size_list, *, algorithms=("all",), dtype="float32", 
                         for n, key, why in named if key is None]
             live = [(n, key, place) for n, key, _ in named if key is not None for place in places]
             handle = {"native": comm, DEFAULT: default, AUTO: ours}
-            calls = [functools.partial(cases[place].call, handle[key]) if key in handle
-                     else functools.partial(cases[place].call, ours, algorithm=key)
+            calls = [cases[place].bound(handle[key]) if key in handle else cases[place].bound(ours, algorithm=key)
                      for _, key, place in live]
             checks = [cases[place] for _, _, place in live]
             packed = [Compressed(name, cases["out"], ours) for name in compress] if collective == "allreduce" else []

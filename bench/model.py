@@ -24,6 +24,14 @@ and projected to large rank counts.
     24 us at np=2).  Over two fits and two fast-state sweeps of np 2..8 (2026-11-24 and -25,
     each fit against each sweep) it puts 218-282 of 840 cells within 25%, against 168-194
     without it;
+  - the exchange beta(p, n), for the algorithms whose STEPS are "exchange" (every rank sends
+    and receives at once in each step): from bench/p2p.py's ``exchange`` in a launch of p
+    ranks (every rank a Sendrecv to rank + 1 from rank - 1 at once, 8 B .. 64 MiB), (p50 -
+    the alpha charged) / n, so one step of n bytes costs the measured exchange.  On shared
+    memory all ranks then move their bytes through the one memory system at once: at np=8 it
+    is 2-3x the ping-pong's beta, at np=2 up to 1.6x out of cache.  With it, one fit against
+    two launches per np of the judgement (2026-11-27) put 864 of 1680 cells within 25%,
+    against 607 for the same day's fit without it;
   - gamma(n), the float32 sum kernel (collectives.kernels.reduce_into, the combine every
     reducing schedule calls) at n bytes, median of several runs, 4 KiB .. 64 MiB: in cache
     and out of it;

@@ -58,6 +58,21 @@ def test_check_catches_wrong_results(mpi_comm, collective):
     assert case.check(lambda: case.call(mpi_comm)) == 0
 
 
+@pytest.mark.parametrize("collective", ["allreduce", "bcast", "gather"])
+def test_bound_calls_run_what_they_name(mpi_comm, collective):
+    # The timed loop's calls (Case.bound): native, auto, and each algorithm by name, every one
+    # checked against the exact result and, for ours, by the algorithm the Comm says it ran.
+    case = bench.Case(collective, 4 * mpi_comm.size, mpi_comm, "int32")
+    ours = collectives.Comm(mpi_comm, check=False)
+    try:
+        assert case.check(case.bound(mpi_comm)) == 0
+        assert case.check(case.bound(ours)) == 0
+        for name in collectives.names(collective):
+            assert case.check(case.bound(ours, algorithm=name)) == 0 and ours.last_algorithm == name
+    finally:
+        ours.Free()
+
+
 def test_failed_row_is_never_timed(mpi_comm, monkeypatch):
     # A contender that computes nothing: its row must carry the wrong count and no time.
     monkeypatch.setattr(bench.Case, "check", lambda self, call: 3 if getattr(call, "args", ()) == (mpi_comm,) else 0)
