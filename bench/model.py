@@ -28,10 +28,10 @@ and projected to large rank counts.
     and receives at once in each step): from bench/p2p.py's ``exchange`` in a launch of p
     ranks (every rank a Sendrecv to rank + 1 from rank - 1 at once, 8 B .. 64 MiB), (p50 -
     the alpha charged) / n, so one step of n bytes costs the measured exchange.  On shared
-    memory all ranks then move their bytes through the one memory system at once: at np=8 it
-    is 2-3x the ping-pong's beta, at np=2 up to 1.6x out of cache.  With it, one fit against
-    two launches per np of the judgement (2026-11-27) put 864 of 1680 cells within 25%,
-    against 607 for the same day's fit without it;
+    memory all ranks then move their bytes through the one memory system at once: in a fit of
+    2026-11-27 it was 1.5-2.9x the ping-pong's beta at np=8 from 64 KiB and 1.4-1.6x at np=2
+    from 16 MiB.  That fit put 864 of 1680 cells (two launches per np of a judgement) within
+    25% with it, 540 with the ping-pong's beta for every algorithm;
   - gamma(n), the float32 sum kernel (collectives.kernels.reduce_into, the combine every
     reducing schedule calls) at n bytes, median of several runs, 4 KiB .. 64 MiB: in cache
     and out of it;
