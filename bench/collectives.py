@@ -197,10 +197,6 @@ class Case:
         self.nbytes = self.moved = count * self.dtype.itemsize
         self.method, self.args, self.kwargs = method, args, kwargs
 
-    def call(self, comm, **kw):
-        """One call of the collective on ``comm`` (``kw``: more keywords, e.g. ``algorithm``)."""
-        return getattr(comm, self.method)(*self.args, **self.kwargs, **kw)
-
     def bound(self, comm, **kw):
         """A call of no arguments with the method and every keyword looked up and merged once,
         so contenders with and without ``algorithm=`` pay the same per call."""

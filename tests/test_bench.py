@@ -55,7 +55,7 @@ def test_check_catches_wrong_results(mpi_comm, collective):
         assert case.check(lambda: None) == case.want.size
         assert case.check(lambda: case.out.__setitem__(slice(0, case.want.size), case.want)) == 0
     # The exact reference is independent of ours: native MPI agrees with it.
-    assert case.check(lambda: case.call(mpi_comm)) == 0
+    assert case.check(case.bound(mpi_comm)) == 0
 
 
 @pytest.mark.parametrize("collective", ["allreduce", "bcast", "gather"])
@@ -74,8 +74,16 @@ def test_bound_calls_run_what_they_name(mpi_comm, collective):
 
 
 def test_failed_row_is_never_timed(mpi_comm, monkeypatch):
-    # A contender that computes nothing: its row must carry the wrong count and no time.
-    monkeypatch.setattr(bench.Case, "check", lambda self, call: 3 if getattr(call, "args", ()) == (mpi_comm,) else 0)
+    # A contender that computes nothing: its row must carry the wrong count and no time.  The
+    # native contender's call is the one bound to the mpi4py communicator itself.
+    bound = bench.Case.bound
+
+    def tagged(self, comm, **kw):
+        call = bound(self, comm, **kw)
+        call.native = comm is mpi_comm
+        return call
+    monkeypatch.setattr(bench.Case, "bound", tagged)
+    monkeypatch.setattr(bench.Case, "check", lambda self, call: 3 if getattr(call, "native", False) else 0)
     result = bench.sweep(mpi_comm, "allreduce", [64], algorithms=["auto"], **QUICK)
     native = [row for row in result["rows"] if row["algorithm"] == bench.NATIVE_LABEL]
     assert [row["#wrong"] for row in native] == [3 * mpi_comm.size]
