@@ -313,6 +313,13 @@ def fixed_costs(result, params, names):
     return out
 
 
+def compared(row, p):
+    """Whether a result row of ``p`` ranks is a cell the model is compared with: out of place,
+    timed, LARGE and more.  Collectives that split the data round the size down to whole
+    elements per rank (fewer than p float32 elements: 65532 B for 64 KiB at np=3)."""
+    return row["place"] == "out" and row["size"] > LARGE - 4 * p and bool(row["p50(us)"])
+
+
 def compare(results, params):
     """Rows (collective, np, size, algorithm, measured p50 us, measured min us, predicted us, fixed
     us, error against p50, error against min) at LARGE and up, the fixed cost included in the
@@ -325,10 +332,7 @@ def compare(results, params):
         names = {algo.name for algo in ALGORITHMS.get(result["collective"], ())}
         fixed = fixed_costs(result, params, names)
         for row in result["rows"]:
-            # Collectives that split the data round the size down to whole elements per rank
-            # (fewer than p float32 elements: 65532 B for 64 KiB at np=3).
-            large = row["size"] > LARGE - 4 * p
-            if row["algorithm"] in fixed and row["place"] == "out" and large and row["p50(us)"]:
+            if row["algorithm"] in fixed and compared(row, p):
                 f = fixed[row["algorithm"]]
                 us = (predicted(row["algorithm"], p, row["size"], params) + f) * 1e6
                 out.append((result["collective"], p, row["size"], row["algorithm"], row["p50(us)"], row["min(us)"],
@@ -373,17 +377,18 @@ def results_from(paths):
 
 
 def agreement(results):
-    """Rows (np, within, pairs): for each np, the cells of LARGE and more (as ``compare`` takes
-    them) that more than one record measured, one record's p50 taken as the prediction of
-    another's, over every ordered pair of records: how many are within 25%.  It is what a model
-    that knew one launch exactly would score against the other, the ceiling of ``compare``'s
-    count on such launches."""
+    """Rows (np, within, pairs): for each np, the named algorithms' cells ``compared`` that more
+    than one record measured, one record's p50 taken as the prediction of another's, over every
+    ordered pair of records: how many are within 25%.  It is what a model that knew one launch
+    exactly would score against the other, the ceiling of ``compare``'s count on such launches."""
+    from collectives.registry import ALGORITHMS
+
     cells = {}
     for result in results:
         p = result["np"]
+        names = {algo.name for algo in ALGORITHMS.get(result["collective"], ())}
         for row in result["rows"]:
-            if row["place"] == "out" and row["size"] > LARGE - 4 * p and row["p50(us)"] \
-                    and row["algorithm"].startswith(result["collective"] + "_"):
+            if row["algorithm"] in names and compared(row, p):
                 cells.setdefault((result["collective"], p, row["size"], row["algorithm"]), []).append(row["p50(us)"])
     out = {}
     for (_, p, _, _), times in cells.items():
