@@ -11,7 +11,6 @@ import argparse
 import re
 import time
 
-from collectives.abort import EXIT_STATUS
 from tests.launch import OPEN_MPI, mpiexec
 
 TIMEOUT = 2.0  # COLLECTIVES_TIMEOUT of the cases that need the watchdog
@@ -105,9 +104,10 @@ HYDRA_ONLY = ("sigkill-no-cleanup",)
 # mpiexec's exit statuses where the case decides them: a SIGKILLed rank's supervisor reports,
 # then dies of the same signal, and the job ends with SIGKILL's 9 (Hydra, which kills the other
 # ranks) or 137 (Open MPI); under -disable-auto-cleanup the others run on until a survivor's
-# StallError (or the MPI error of a transfer the death cut short) aborts the job with
-# abort-on-error's status.
-STATUS = {"sigkill": (9, 137), "sigkill-no-cleanup": (EXIT_STATUS,)}
+# StallError (or the MPI error of a transfer the death cut short) stops them, and Hydra still
+# reports the killed rank's 9 (10 runs of 10 on 2026-11-27; the 1 measured before then was the
+# supervisor's own traceback: it tried to reset SIGKILL's handler, which no process may set).
+STATUS = {"sigkill": (9, 137), "sigkill-no-cleanup": (9,)}
 
 # What the job leaves to resume from, by case (the README's last column).
 NOTHING = "nothing to recover: no rank has state beyond the failed call"

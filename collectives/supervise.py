@@ -78,7 +78,8 @@ def start():
         sig = os.WTERMSIG(status)
         sys.stderr.write(report(launcher_rank(), child, sig))
         sys.stderr.flush()
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # no process may set these two
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
         os._exit(128 + sig)  # a signal whose default action is not to terminate
     os._exit(os.waitstatus_to_exitcode(status))

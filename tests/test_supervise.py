@@ -95,12 +95,14 @@ def finish(proc):
 
 
 @own_jobs
-def test_the_signal_report_names_the_program():
-    proc, pid, ppid = start("os.kill(os.getpid(), signal.SIGSEGV)")
+@pytest.mark.parametrize("sig", [signal.SIGSEGV, signal.SIGKILL])
+def test_the_signal_report_names_the_program(sig):
+    proc, pid, ppid = start(f"os.kill(os.getpid(), {int(sig)})")
     status, _, err = finish(proc)
-    # the supervisor reports, then dies of the same signal
-    assert ppid != pid and status == -signal.SIGSEGV, (status, err)
-    assert err == supervise.report(5, pid, signal.SIGSEGV), err
+    # the supervisor reports, then dies of the same signal (SIGKILL too, whose disposition no
+    # process may set)
+    assert ppid != pid and status == -sig, (status, err)
+    assert err == supervise.report(5, pid, sig), err
 
 
 @own_jobs
