@@ -31,6 +31,7 @@ NPS ?= 1 2 3 4 5 8
 PUREPYTHON_NPS ?= 3
 TEST_TIMEOUT ?= 900
 PYTEST_ARGS ?=
+export TEST_TIMES := build/test-times
 
 # Oversubscription (more ranks than cores): mpi4py's default MPI_THREAD_MULTIPLE makes
 # MPICH yield while it waits, which keeps 8 ranks on 2 cores fast; MPICH's own shared-memory
@@ -44,7 +45,7 @@ export MKL_NUM_THREADS := 1
 # first, so a git worktree sharing another checkout's virtualenv runs its own code.
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: all venv build test test-native test-purepython test-simd test-openmpi test-mpi4py test-large bench bench-launches bench-mpich bench-kernels bench-startup demo bench-train clean
+.PHONY: all venv build test test-start test-native test-purepython test-simd test-openmpi test-mpi4py test-large bench bench-launches bench-mpich bench-kernels bench-startup demo bench-train clean
 
 all: build
 
@@ -65,23 +66,41 @@ $(VENV)/.editable: $(VENV)/.installed setup.py
 	$(BUILD_ENV) $(PY) -m pip install -q --no-build-isolation --no-deps -e .
 	touch $@
 
-test: test-native test-purepython test-simd test-mpi4py test-openmpi test-large
+# Each launch prints its wall time (tests/timed.sh), and the run ends with a line of them all.
+test: test-start test-native test-purepython test-simd test-mpi4py test-openmpi test-large
+	@tests/timed.sh summary
 
+test-start:
+	@tests/timed.sh start
+
+# Where each test runs (tests/conftest.py's --serial and --matrix):
+# * tests of no rank count (kernels, schedule simulations, command lines, jobs of their own) run
+#   once, in the 1-rank launch, and again under the NumPy fallback and Open MPI;
+# * the full algorithm x dtype matrix runs at FULL_NPS, a power of two and a number that is not
+#   (with their uneven halves, the 'split' communicator), and under the fallback; the other rank
+#   counts run one dtype per element size, which keeps every count, root, in-place form and
+#   communicator size that chooses an algorithm's code path.
 # The launch at WATCHED_NP ranks runs with the stall watchdog on (a limit that must never fire,
 # even oversubscribed), so every collective test also covers the watched path benchmarks measure.
+FULL_NPS ?= 3 4
 WATCHED_NP ?= 4
 WATCHED_TIMEOUT ?= 120
+PYTEST := $(PY) -m pytest -p no:cacheprovider -q
 test-native: build
 	@for n in $(NPS); do \
 	  watch=; [ $$n = "$(WATCHED_NP)" ] && watch=COLLECTIVES_TIMEOUT=$(WATCHED_TIMEOUT); \
-	  echo "== pytest at $$n rank(s)$${watch:+, $$watch}"; \
-	  env $$watch timeout $(TEST_TIMEOUT) $(MPIEXEC) -n $$n $(PY) -m pytest -p no:cacheprovider -q tests $(PYTEST_ARGS) || exit 1; \
+	  matrix=reduced; case " $(FULL_NPS) " in *" $$n "*) matrix=full;; esac; \
+	  serial=skip; [ $$n = 1 ] && serial=run; \
+	  echo "== pytest at $$n rank(s), $$matrix matrix, serial tests: $$serial$${watch:+, $$watch}"; \
+	  env $$watch tests/timed.sh "np=$$n" timeout $(TEST_TIMEOUT) $(MPIEXEC) -n $$n $(PYTEST) tests \
+	    --matrix=$$matrix --serial=$$serial $(PYTEST_ARGS) || exit 1; \
 	done
 
 test-purepython: build
 	@for n in $(PUREPYTHON_NPS); do \
-	  echo "== pytest at $$n rank(s), NumPy fallback (COLLECTIVES_PUREPYTHON=1)"; \
-	  COLLECTIVES_PUREPYTHON=1 timeout $(TEST_TIMEOUT) $(MPIEXEC) -n $$n $(PY) -m pytest -p no:cacheprovider -q tests $(PYTEST_ARGS) || exit 1; \
+	  echo "== pytest at $$n rank(s), NumPy fallback (COLLECTIVES_PUREPYTHON=1), full matrix"; \
+	  COLLECTIVES_PUREPYTHON=1 tests/timed.sh "fallback np=$$n" timeout $(TEST_TIMEOUT) $(MPIEXEC) -n $$n \
+	    $(PYTEST) tests $(PYTEST_ARGS) || exit 1; \
 	done
 
 # The kernel tests again with the hand-written SIMD paths capped at AVX2, then at none, so the
@@ -89,7 +108,7 @@ test-purepython: build
 test-simd: build
 	@for simd in avx2 none; do \
 	  echo "== kernel tests, COLLECTIVES_SIMD=$$simd"; \
-	  COLLECTIVES_SIMD=$$simd timeout $(TEST_TIMEOUT) $(PY) -m pytest -p no:cacheprovider -q \
+	  COLLECTIVES_SIMD=$$simd tests/timed.sh "simd=$$simd" timeout $(TEST_TIMEOUT) $(PYTEST) \
 	    tests/test_kernels_reduce.py tests/test_kernels_compress.py tests/test_compression.py $(PYTEST_ARGS) || exit 1; \
 	done
 
@@ -109,17 +128,19 @@ $(OMPI_VENV)/.installed: requirements.txt
 	$(OMPI_PY) -m pip install -q -r requirements.txt $(OMPI_PKG)
 	touch $@
 
+# Reduced matrix: what the dtypes add is MPI-independent (kernels), and runs under MPICH.
 test-openmpi: $(OMPI_VENV)/.installed
 	@rm -rf $(OMPI_TREE) && mkdir -p $(OMPI_TREE)
 	@cp -r $(OMPI_SOURCES) $(OMPI_TREE)/
 	@find $(OMPI_TREE) \( -name '*.so' -o -name '__pycache__' -o -path '*/collectives/_*.c' \) -prune -exec rm -rf {} +
 	@rm -rf $(OMPI_TREE)/bench/results
-	cd $(OMPI_TREE) && $(CURDIR)/$(OMPI_PY) setup.py -q build_ext --inplace
+	@cd $(OMPI_TREE) && $(CURDIR)/tests/timed.sh "Open MPI build" $(CURDIR)/$(OMPI_PY) setup.py -q build_ext --inplace
 	@for n in $(OMPI_NPS); do \
-	  echo "== pytest at $$n rank(s), Open MPI"; \
+	  echo "== pytest at $$n rank(s), Open MPI, reduced matrix"; \
 	  ( cd $(OMPI_TREE) && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONPATH=$(CURDIR)/$(OMPI_TREE) \
+	    TEST_TIMES=$(CURDIR)/$(TEST_TIMES) $(CURDIR)/tests/timed.sh "Open MPI np=$$n" \
 	    timeout $(TEST_TIMEOUT) $(CURDIR)/$(OMPI_VENV)/bin/mpiexec --oversubscribe -n $$n \
-	    $(CURDIR)/$(OMPI_PY) -m pytest -p no:cacheprovider -q tests $(PYTEST_ARGS) ) || exit 1; \
+	    $(CURDIR)/$(OMPI_PY) -m pytest -p no:cacheprovider -q tests --matrix=reduced $(PYTEST_ARGS) ) || exit 1; \
 	done
 
 # mpi4py's own collective tests (tests/mpi4py_suite.py) with their communicator replaced by
@@ -138,14 +159,14 @@ $(MPI4PY_TESTS)/test_cco_buf.py: | $(VENV)/.installed
 test-mpi4py: build $(MPI4PY_TESTS)/test_cco_buf.py
 	@for n in $(MPI4PY_NPS); do \
 	  echo "== mpi4py's collective tests over collectives.Comm at $$n rank(s)"; \
-	  timeout $(MPI4PY_TIMEOUT) $(MPIEXEC) -n $$n $(PY) tests/mpi4py_suite.py $(MPI4PY_TESTS) \
+	  tests/timed.sh "mpi4py np=$$n" timeout $(MPI4PY_TIMEOUT) $(MPIEXEC) -n $$n $(PY) tests/mpi4py_suite.py $(MPI4PY_TESTS) \
 	    || { echo "mpi4py suite failed or timed out at $$n rank(s)"; exit 1; }; \
 	done
 
 # Every collective family and push/pull just over 2^31 int8 elements at np=2, checked exactly
 # (tests/large_counts.py); it prints what it needs and skips when MemAvailable is short.
 test-large: build
-	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 2 $(PY) tests/large_counts.py
+	@tests/timed.sh "large np=2" timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 2 $(PY) tests/large_counts.py
 
 # Two launches per rank count: glibc's malloc defaults, then no fresh mappings for native's
 # per-call temporaries.  Native keeps MPICH's defaults (its device collectives too) while the

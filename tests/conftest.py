@@ -4,12 +4,25 @@ Ranks other than 0 write their pytest report to a buffer and print it only when 
 failed, so an 8-rank run reads like a 1-rank one.  mpiexec's exit status is non-zero when
 any rank fails; with more than one rank the first failure aborts the launch (see
 pytest_runtest_makereport), since the other ranks could not go on without the failed one.
+
+Two options shape a launch, so that ``make test`` runs each test where it can find bugs:
+
+* ``--serial=run|skip|only``: tests marked ``serial`` do not depend on the launch's rank
+  count (kernels, schedule simulations, cost models, command lines, jobs of their own).
+  With ``run`` (the default) each runs once, on one rank of the launch; ``skip`` leaves them
+  out, ``only`` runs nothing else.
+* ``--matrix=full|reduced``: tests marked ``matrix`` cross every algorithm with every dtype;
+  ``reduced`` keeps the dtypes of ``REDUCED_DTYPES``, one per element size, which take every
+  code path of the algorithms (the counts, roots, in-place and communicator sizes that
+  choose those paths all stay).  The op x dtype pairs the reduced matrix drops are
+  properties of the reduction kernels, which the serial kernel tests cover for every pair.
 """
 import io
 import os
 import shutil
 import sys
 import tempfile
+import zlib
 
 import numpy as np
 import pytest
@@ -40,10 +53,51 @@ class _PerRankTmp:
 
 def pytest_addoption(parser, pluginmanager):
     pluginmanager.register(_PerRankTmp())
+    group = parser.getgroup("collectives")
+    group.addoption("--serial", choices=("run", "skip", "only"), default="run",
+                    help="tests marked serial: run each once on one rank (default), skip them, or run only them")
+    group.addoption("--matrix", choices=("full", "reduced"), default="full",
+                    help="tests marked matrix: every dtype (default), or one dtype per element size")
+
+
+# One dtype per element size: 1, 4, 8 and 16 bytes, integer, real and complex.
+REDUCED_DTYPES = {"int8", "float32", "float64", "complex128"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Leave out what --serial and --matrix exclude (the same on every rank)."""
+    serial, matrix = config.getoption("serial"), config.getoption("matrix")
+    keep, drop = [], []
+    for item in items:
+        is_serial = item.get_closest_marker("serial") is not None
+        dtype = getattr(getattr(item, "callspec", None), "params", {}).get("dtype")
+        out = ((serial == "skip" and is_serial) or (serial == "only" and not is_serial)
+               or (matrix == "reduced" and item.get_closest_marker("matrix") is not None
+                   and str(dtype) not in REDUCED_DTYPES))
+        (drop if out else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """A serial test runs on one rank of the launch, chosen by a stable hash of its id, so a
+    launch of several ranks shares them out instead of running each on every rank."""
+    mark = item.get_closest_marker("serial")
+    if WORLD.size > 1 and mark is not None:
+        if mark.kwargs.get("alone"):
+            pytest.skip("needs the launch to itself; runs in a 1-rank launch")
+        owner = zlib.crc32(item.nodeid.encode()) % WORLD.size
+        if owner != WORLD.rank:
+            pytest.skip(f"serial: runs on rank {owner}")
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config):
+    config.addinivalue_line("markers", "serial(alone=False): independent of the launch's rank count; runs on "
+                            "one rank, and with alone=True only in a launch of one rank")
+    config.addinivalue_line("markers", "matrix: an algorithm x dtype matrix that --matrix=reduced thins")
     if WORLD.rank:
         config._rank_report = io.StringIO()
         reporter = config.pluginmanager.get_plugin("terminalreporter")

@@ -15,9 +15,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "HYDI_", "HYDRA_", "MPI_LOCAL", "OMPI_", "PRTE_")
 _KEEP = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
 
-# A test that launches jobs of its own gains nothing from the rank count of the suite's launch;
-# it runs once, in the 1-rank launch.
-own_jobs = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="launches jobs of its own; runs in the 1-rank launch")
+# A test that launches jobs of its own, or runs MPI in its own process, gains nothing from the
+# rank count of the suite's launch and needs the launch to itself: it runs in the 1-rank launch.
+own_jobs = pytest.mark.serial(alone=True)
 
 
 def mpiexec_path():

@@ -21,6 +21,7 @@ def _assert_equal(got, want, what):
     assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), what
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_allgather(comm, mpi_comm, algorithm, dtype):
@@ -153,6 +154,7 @@ def test_allgather_own_block_copied_late_or_first(comm, mpi_comm, algorithm, mon
         assert_everywhere(mpi_comm, _assert_equal, send, kept, f"{what}: input untouched")
 
 
+@pytest.mark.serial
 def test_late_copy_moves_the_own_block_copy_as_late_as_the_rows_allow():
     """executor.late_copy on real schedules, checked row by row: sends of exactly the own
     block read IN, the copy goes before the first row reading the block otherwise (recursive

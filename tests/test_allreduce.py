@@ -10,6 +10,7 @@ ALGORITHMS = collectives.names("allreduce") + ["allreduce_fused"]
 
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_allreduce(comm, mpi_comm, algorithm, dtype):

@@ -29,6 +29,7 @@ sys.exit(int(os.environ.get("STUB_STATUS", "0")) if "train" in sys.argv else 0)
 """
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_valid_shell(script):
     done = subprocess.run(["bash", "-n", os.path.join(JOBS, script)], capture_output=True, text=True)
@@ -63,6 +64,7 @@ def _commands(calls):
     return out
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("script", [s for s in SCRIPTS if s != "common.sh"])
 def test_command_lines_parse(tmp_path, script):
     done, calls = _run(tmp_path, script)
@@ -86,6 +88,7 @@ def test_command_lines_parse(tmp_path, script):
         assert again.returncode == 0 and not _commands(calls)
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("script, requeue", [("slurm_train.sh", ["scontrol", "requeue", "123"]),
                                              ("pbs_train.sh", ["qrerun", "456.server"])])
 def test_training_requeues_after_a_checkpoint(tmp_path, script, requeue):
@@ -99,6 +102,7 @@ def test_training_requeues_after_a_checkpoint(tmp_path, script, requeue):
     assert done.returncode == 0 and calls[-1][0] != requeue[0]
 
 
+@pytest.mark.serial
 def test_runtime_defaults():
     env = {"OMP_NUM_THREADS": "4", "MPI_LOCALNRANKS": "8"}
     assert _runtime.defaults(env, cores=2) == {"OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",

@@ -15,6 +15,7 @@ def roots(p):
     return sorted({0, p // 2, p - 1})
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_bcast(comm, mpi_comm, algorithm, dtype):

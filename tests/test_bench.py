@@ -176,6 +176,7 @@ def test_osu_and_nccl_formats(mpi_comm):
     assert head.split(",")[:3] == ["collective", "np", "size"] and len(rows) == len(result["rows"])
 
 
+@pytest.mark.serial
 def test_command_line_sizes():
     assert cli.parse_bytes("64M") == 64 << 20 and cli.parse_bytes("8") == 8 and cli.parse_bytes("4KiB") == 4096
     assert cli.parse_range("8:64M") == (8, 64 << 20) and cli.parse_range("1K") == (None, 1024)
@@ -204,6 +205,7 @@ def test_named_algorithms(mpi_comm, names):
                                                                     if n in want]
 
 
+@pytest.mark.serial
 def test_sizes():
     assert sizes(8, 64 << 20, 4) == [8, 16] + [16 * 4**k for k in range(1, 12)]
     assert np.all(np.diff(sizes(8, 1000, 3)) > 0)

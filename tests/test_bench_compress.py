@@ -26,6 +26,7 @@ def test_compressed_rows(mpi_comm):
     assert result["summary"] and all(s["best"] == "allreduce_ring" for s in result["summary"])
 
 
+@pytest.mark.serial
 def test_compress_needs_allreduce_and_known_names(capsys):
     for argv in (["bcast", "--compress", "int8"], ["allreduce", "--compress", "zip"]):
         with pytest.raises(SystemExit):

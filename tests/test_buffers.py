@@ -82,6 +82,7 @@ def test_none_is_in_place(comm, mpi_comm):
     np.testing.assert_array_equal(buf, want)
 
 
+@pytest.mark.serial
 @pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
 def test_parse_views_without_copying():
     c = np.zeros((3, 4))
@@ -102,6 +103,7 @@ def test_parse_views_without_copying():
     assert flat.shape == (4,)
 
 
+@pytest.mark.serial
 def test_parse_vector_specs():
     buf = np.zeros(10)
     assert parse([buf, ([1, 2, 3], [0, 4, 7]), MPI.DOUBLE], "b", vector=True)[1:] == ((1, 2, 3), (0, 4, 7))
@@ -123,6 +125,7 @@ def test_non_contiguous_send_is_copied_recv_is_refused(comm, mpi_comm):
         comm.Allreduce(np.zeros(12), np.zeros((4, 6))[:, ::2])
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("spec, message", [
     (3.5, "float does not expose the buffer interface"),
     ([1.0, 2.0], "a list of numbers is not a buffer; pass a NumPy array"),

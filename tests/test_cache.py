@@ -11,6 +11,7 @@ from collectives.cache import ByteLRU
 from collectives.schedule import Schedule
 
 
+@pytest.mark.serial
 def test_least_recently_used_goes_first():
     c = ByteLRU(100)
     for k in "abc":
@@ -27,6 +28,7 @@ def test_least_recently_used_goes_first():
     assert len(c) == 0 and c.nbytes == 0
 
 
+@pytest.mark.serial
 def test_total_bytes_sums_every_cache():
     before = cache.total_bytes()
     a, b = ByteLRU(1000), ByteLRU(1000)
@@ -38,6 +40,7 @@ def test_total_bytes_sums_every_cache():
     assert cache.total_bytes() - before == 250
 
 
+@pytest.mark.serial
 def test_bound_from_the_environment(monkeypatch):
     monkeypatch.setenv("COLLECTIVES_CACHE_BYTES", "4096")
     assert ByteLRU().max_bytes == 4096
@@ -49,6 +52,7 @@ def test_bound_from_the_environment(monkeypatch):
             ByteLRU()
 
 
+@pytest.mark.serial
 def test_thousand_sizes_stay_under_the_bound(monkeypatch):
     """1,000 distinct sizes under the segmented ring (about 9 KiB of steps each at 1 Mi elements,
     9 MiB unbounded; 64 MiB messages hold 0.14 MiB, scaled down here to keep the test short):

@@ -291,6 +291,7 @@ def test_out_refused_unless_it_fits(comm):
         allreduce(comm, g, "topk", out=[0.0] * 8)
 
 
+@pytest.mark.serial
 def test_bad_inputs():
     with pytest.raises(TypeError, match="float32 or float64"):
         compression.TopK().compress(np.arange(5))
@@ -300,6 +301,7 @@ def test_bad_inputs():
         compression.QSGD(levels=300)
 
 
+@pytest.mark.serial
 def test_randk_without_feedback_is_unbiased():
     """Mean over S seeds of decompress(compress(x)) is within 5 sigma of x.
 

@@ -311,6 +311,7 @@ def test_node_ratio_from_the_environment(monkeypatch, spec):
                 compression.node_ratio()
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("n,k,N,S,unit", [(0, 2, 2, 1, 64), (1, 2, 2, 1, 64), (4099, 2, 2, 3, 64),
                                           (10_007, 3, 2, 5, 64), (10_007, 2, 4, 7, 1), (100, 4, 2, 9, 8)])
 def test_pieces_keep_shards_and_cells(n, k, N, S, unit):
@@ -330,6 +331,7 @@ def test_pieces_keep_shards_and_cells(n, k, N, S, unit):
     assert all(e % unit == 0 for e in ends if e != n)
 
 
+@pytest.mark.serial
 def test_segments_from_size(monkeypatch):
     """One segment per SEGMENT_BYTES of the vector, at most a cell's units, at least one."""
     monkeypatch.setattr(compression, "SEGMENT_BYTES", 1 << 20)

@@ -8,6 +8,8 @@ import pytest
 from collectives.algorithms.allreduce_ring_segmented import SEGMENT
 from collectives.registry import ALGORITHMS, NODE_ALGORITHMS
 
+pytestmark = pytest.mark.serial
+
 ALL = [a.name for table in (ALGORITHMS, NODE_ALGORITHMS) for rows in table.values() for a in rows]
 A, B, G = 1.7e-6, 1 / 9e9, 1 / 20e9
 

@@ -12,6 +12,7 @@ from train_util import fit, world_fixture
 world = world_fixture(test_fraction=0.2)
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("workers", [1, 2, 3, 7])
 @pytest.mark.parametrize("n", [0, 1, 5, 32, 33])
 def test_worker_slices_cover_the_minibatch_in_order(n, workers):

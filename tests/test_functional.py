@@ -158,6 +158,7 @@ def test_barrier_and_iallreduce(either, mpi_comm):
     np.testing.assert_array_equal(out, _native(mpi_comm, x))
 
 
+@pytest.mark.serial
 def test_exported_from_the_package():
     for name in F.__all__:
         assert getattr(collectives, name) is getattr(F, name)

@@ -14,7 +14,6 @@ import signal
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
-from mpi4py import MPI
 
 import collectives.__main__ as cli
 from collectives import abort
@@ -23,8 +22,9 @@ from collectives.train.gossip import TOPOLOGIES
 from collectives.train.models import MODELS
 from collectives.train.optim import OPTIMIZERS, Newton
 from collectives.train.trainer import SYNCS
+from tests.launch import own_jobs
 
-pytestmark = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="one process; runs in the 1-rank launch")
+pytestmark = own_jobs
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 PREFIX = "collectives train: error: "

@@ -7,11 +7,11 @@ byte ranges and assembling them, as the ranks of a job would).
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
-from mpi4py import MPI
 
 from collectives.train.libsvm import assemble, byte_range, read_range
+from tests.launch import own_jobs
 
-pytestmark = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="one process; runs in the 1-rank launch")
+pytestmark = own_jobs
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -35,6 +35,7 @@ def _same_bytes(a, b):
     return np.array_equal(np.ascontiguousarray(a).view(np.uint8), np.ascontiguousarray(b).view(np.uint8))
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("algorithm", GATHER)
 def test_gather(comm, mpi_comm, algorithm, dtype):
@@ -49,6 +50,7 @@ def test_gather(comm, mpi_comm, algorithm, dtype):
             assert _same_bytes(got, want), what
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("algorithm", SCATTER)
 def test_scatter(comm, mpi_comm, algorithm, dtype):

@@ -27,6 +27,7 @@ def _expected_neighbours(topology, p, i):
     return {(i + sign * h) % p for h in hops for sign in (1, -1)} - {i}
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("topology", TOPOLOGIES)
 @pytest.mark.parametrize("p", SIZES)
 def test_mixing_matrix_is_exactly_doubly_stochastic_and_symmetric(topology, p):
@@ -48,6 +49,7 @@ def test_mixing_matrix_is_exactly_doubly_stochastic_and_symmetric(topology, p):
             assert all(adj[i] == _expected_neighbours(topology, p, i) for i in range(p))
 
 
+@pytest.mark.serial
 def test_torus_grid_and_matchings_change_every_step():
     assert [grid(p) for p in (4, 6, 8, 9, 12, 7)] == [(2, 2), (2, 3), (2, 4), (3, 3), (3, 4), (1, 7)]
     matchings = {tuple(tuple(sorted(n)) for n in graph("matching", 8, step, seed=1)) for step in range(10)}

@@ -8,7 +8,8 @@ import pytest
 
 from collectives import kernels
 from collectives._compress_numpy import rng_bits, rng_uniform
-from tests.single_process import one_rank  # noqa: F401 (autouse fixture)
+
+pytestmark = pytest.mark.serial
 
 NATIVE = kernels.native
 IMPLS = [kernels.numpy] + ([NATIVE] if NATIVE is not None else [])

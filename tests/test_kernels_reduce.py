@@ -8,9 +8,10 @@ import pytest
 
 from collectives import _kernels_numpy, kernels
 from collectives.ops import OP_CODE, dtype_code
-from tests.single_process import one_rank  # noqa: F401 (autouse fixture)
 from tests.specials import FLOATS, assert_result, ieee, pool, specials
 from tests.util import ALL_DTYPES, make_data, ops_for
+
+pytestmark = pytest.mark.serial
 
 try:
     from collectives import _kernels as native

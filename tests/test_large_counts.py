@@ -68,6 +68,7 @@ def _messages(steps):
 ALL = [(c, a.name) for c, rows in registry.ALGORITHMS.items() for a in rows]
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("collective,name", ALL, ids=[n for _, n in ALL])
 def test_split_rows(collective, name):
     """No row over the limit; the pieces are the unsplit messages cut in order; nreq covers them."""
@@ -92,6 +93,7 @@ def test_split_rows(collective, name):
     assert split_seen or collective == "barrier", f"{name}: no message was ever split"
 
 
+@pytest.mark.serial
 def test_executors_refuse_over_int_max():
     """Both executors refuse a send of 2^32 + 5 elements (C int: 5) instead of narrowing it;
     a REDUCE row that long is fine."""
@@ -111,12 +113,14 @@ def test_executors_refuse_over_int_max():
     assert err.value.Get_error_class() == MPI.ERR_COUNT
 
 
+@pytest.mark.serial
 def test_bad_limit(monkeypatch):
     monkeypatch.setattr(schedule, "MAX_COUNT", 0)
     with pytest.raises(ValueError, match="COLLECTIVES_MAX_COUNT must be"):
         Schedule(0, 2)
 
 
+@pytest.mark.serial
 def test_sendrecv_while_pending():
     s = Schedule(0, 2)
     s.isend(1, 0, 0, 4)
@@ -127,6 +131,7 @@ def test_sendrecv_while_pending():
 SYMBOLIC = {c: getattr(symbolic, f"test_{c}_schedule") for c in registry.ALGORITHMS}
 
 
+@pytest.mark.serial
 @symbolic.MODELS
 @pytest.mark.parametrize("limit", [2, schedule.INT_MAX], ids=["split", "whole"])
 @pytest.mark.parametrize("collective", list(SYMBOLIC))
@@ -141,6 +146,7 @@ def test_symbolic(monkeypatch, collective, limit, eager):
 
 # ---- under mpiexec, against native MPI ------------------------------------------------------
 
+@pytest.mark.serial
 def test_limit_in_effect():
     """The plans the collectives below use are built under LIMIT."""
     steps = registry.plan("allreduce_recursive_doubling", 0, 2, 3 * LIMIT)[0]

@@ -48,6 +48,7 @@ def _splits(path, cuts):
     return assemble([read_range(path, a, b) for a, b in zip(bounds, bounds[1:])], path)
 
 
+@pytest.mark.serial
 def test_awkward_file(tmp_path):
     path = _write(tmp_path, AWKWARD)
     X, y, qid, _ = _stack(_splits(path, []))
@@ -56,6 +57,7 @@ def test_awkward_file(tmp_path):
     np.testing.assert_array_equal(qid, [3, -1, -1, -1, 1, -1])
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("content", [AWKWARD, AWKWARD + b"\n", b"1 1:1\n2 2:2\n", b"", b"\n\n"],
                          ids=["awkward", "final-newline", "small", "empty", "blank"])
 def test_every_byte_split(tmp_path, content):
@@ -136,6 +138,7 @@ def test_missing_file(mpi_comm):
         read_libsvm("/nonexistent/data.svm", mpi_comm)
 
 
+@pytest.mark.serial
 def test_byte_ranges_cover_the_file():
     for size in (0, 1, 7, 1000):
         for p in (1, 2, 3, 8):

@@ -26,6 +26,7 @@ def _node_comm(monkeypatch, spec, timeout=None):
     return collectives.Comm(MPI.COMM_WORLD, timeout=timeout)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("spec", LAYOUTS)
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
 @pytest.mark.parametrize("algorithm", NODE_ALGORITHMS + ["auto"])
@@ -230,6 +231,7 @@ def test_forced_node_algorithm_on_one_node_falls_back():
         assert np.all(buf == p)
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("spec, counts", [("2", None), ("2x3", [3, 3]), ("3x2", [2, 2, 2]),
                                           ("1,2,2", [1, 2, 2])])
 def test_layout(spec, counts):
@@ -237,6 +239,7 @@ def test_layout(spec, counts):
     assert layout("2", 5) == [2, 2, 1]
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("spec", ["0", "2x", "abc", "2x2", "3,0,3"])
 def test_bad_layout(spec):
     with pytest.raises(ValueError, match="COLLECTIVES_NODE"):

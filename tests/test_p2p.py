@@ -11,6 +11,7 @@ from collectives import p2p
 SIZES = (0, 1, 1000, 10**6 + 3)  # the last one goes by rendezvous, not eagerly
 
 
+@pytest.mark.serial
 def test_tags_are_reserved():
     assert len(set(p2p.TAG.values())) == len(p2p.TAG)
     assert set(p2p.TAG.values()).isdisjoint(comm_module.TAG.values())

@@ -130,6 +130,7 @@ def test_bad_layouts(comm):
         PipelineMLP(comm, _sizes(comm.size), 2, "pipedream")
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("name", ["gpipe", "1f1b"])
 def test_schedule_bubble_is_the_theory(name):
     """Replayed with equal stages (backward twice the forward) and free messages, GPipe and 1F1B idle

@@ -34,6 +34,7 @@ def _want(mpi_comm, send, dtype, op, n, root):
     return reference(dtype, op, n, p)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_reduce(comm, mpi_comm, algorithm, dtype):

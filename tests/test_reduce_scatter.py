@@ -28,6 +28,7 @@ def _uneven(p):
     return [(5 * i + 3) % 7 for i in range(p)]
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_reduce_scatter_block(comm, mpi_comm, algorithm, dtype):
@@ -43,6 +44,7 @@ def test_reduce_scatter_block(comm, mpi_comm, algorithm, dtype):
             assert_everywhere(mpi_comm, assert_close, got, want, dtype, p, what)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("dtype", [np.dtype(t) for t in (np.bool_, np.int8, np.float16,
                                                           np.float64, np.complex64)], ids=str)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

@@ -74,6 +74,7 @@ def test_bit_identical_at_any_rank_count_and_algorithm(comm, references, run):
         assert _sha(w) == references[run], f"{run} with {algorithm} at {comm.size} ranks"
 
 
+@pytest.mark.serial
 def test_environment_variable_turns_it_on(monkeypatch):
     monkeypatch.setenv("COLLECTIVES_REPRODUCIBLE", "1")
     assert check_options({}, Softmax, 2)["reproducible"] is True
@@ -82,6 +83,7 @@ def test_environment_variable_turns_it_on(monkeypatch):
     assert check_options({}, Softmax, 2)["reproducible"] is False
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("options,what", [
     (dict(sync="ddp", optimizer="sgd"), "--sync sync only, not ddp"),
     (dict(sync="local", optimizer="sgd"), "--sync sync only, not local"),
@@ -109,6 +111,7 @@ def test_shards_live_on_one_rank_each(comm):
         assert sum(s in h for h in holders) <= 1
 
 
+@pytest.mark.serial
 def test_tree_sum_is_the_stated_tree():
     # halves added elementwise, the odd one out carried: ((a0 + a3) + (a2 + a5)) + ((a1 + a4) + a6)
     a = np.array([1e16, 1.0, 1.0, 1.0, 1.0, 1.0, -1e16])

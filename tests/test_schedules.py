@@ -29,6 +29,8 @@ MODELS = pytest.mark.parametrize("eager", [True, False], ids=["eager", "rendezvo
 KINDS = {SENDRECV: "sendrecv", REDUCE: "reduce", COPY: "copy", ISEND: "isend", IRECV: "irecv",
          WAITALL: "waitall"}
 
+pytestmark = pytest.mark.serial
+
 
 class Request:
     """One posted send or receive, done once matched; an eager send is done when posted."""

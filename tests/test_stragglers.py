@@ -26,6 +26,7 @@ def slow_rank(comm):
     return comm.size - 1
 
 
+@pytest.mark.serial
 def test_specs_parse_and_bad_ones_are_usage_errors():
     assert parse("3:2.5") == (3, 1.0, 2.5)
     assert parse("random:0.25:4") == (None, 0.25, 4.0)
@@ -56,6 +57,7 @@ class FakeTime:
         self.now += seconds
 
 
+@pytest.mark.serial
 def test_slowdown_is_the_factor_of_the_measured_time(monkeypatch):
     clock = FakeTime()
     monkeypatch.setattr(straggler, "time", clock)
@@ -69,6 +71,7 @@ def test_slowdown_is_the_factor_of_the_measured_time(monkeypatch):
     assert other.stretch(1.0, clock.now - 0.5) == clock.now and clock.slept == [0.75]  # no sleep at factor 1
 
 
+@pytest.mark.serial
 def test_random_slowdowns_are_seeded_draws():
     fixed = Stragglers(["1:3", "random:0.5:2"], 1, seed=7)
     factors = [fixed.slowdown() for _ in range(2000)]

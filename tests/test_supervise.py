@@ -24,6 +24,7 @@ os.write(1, ("rank %d pid %d ppid %d\\n" % (MPI.COMM_WORLD.rank, os.getpid(), os
 BOUND_S = 60  # how long a job may take to end (a loaded CI machine included)
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("argv, expected", [
     (["python", "-m", "collectives.run", "prog.py"], True),
     (["python", "-u", "-X", "dev", "-m", "collectives.run", "-c", "pass"], True),
@@ -38,6 +39,7 @@ def test_requested_only_by_the_runner(argv, expected):
     assert supervise.requested(argv) is expected
 
 
+@pytest.mark.serial
 def test_report_names_rank_host_pid_and_signal():
     assert supervise.report(3, 1234, signal.SIGSEGV, host="node7") == (
         "collectives: rank 3 on node7 (pid 1234) was killed by signal 11 (SIGSEGV); exit status 139\n")

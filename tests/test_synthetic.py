@@ -42,6 +42,7 @@ def test_rows_do_not_depend_on_rank_count():
     assert not np.array_equal(other.X, whole.X)
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("name", ["synthetic:10x5", "synthetic:10x5x1", "synthetic:0x5x3", "synthetic:ax5x3"])
 def test_bad_spec_is_a_usage_error(name):
     with pytest.raises(UsageError, match="synthetic"):

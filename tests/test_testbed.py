@@ -23,11 +23,13 @@ ROOT_ONE_RANK = pytest.mark.skipif(os.geteuid() != 0 or MPI.COMM_WORLD.size != 1
                                    reason="needs root, and runs in the 1-rank launch only")
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("script", sorted(glob.glob(os.path.join(NET, "*.sh"))))
 def test_script_parses(script):
     subprocess.run(["bash", "-n", script], check=True)
 
 
+@pytest.mark.serial
 def test_fit_recovers_alpha_beta():
     alpha, beta = 30e-6, 8e-9  # 30 us, 1 Gbit/s
     times = {m: alpha + beta * m for m in measure.PINGPONG_SIZES}
@@ -46,6 +48,7 @@ def namespaces():
     return [line.split()[0] for line in out.stdout.splitlines() if line.startswith("ctb-")]
 
 
+@pytest.mark.serial
 def test_without_root_measures_nothing():
     if os.geteuid() != 0:
         out = subprocess.run(["bash", os.path.join(NET, "bench_net.sh")], capture_output=True, text=True)
@@ -97,6 +100,7 @@ def test_failed_run_tears_down():
     assert namespaces() == []
 
 
+@pytest.mark.serial
 def test_model_check_reads_the_fits():
     import model_check
 
@@ -123,6 +127,7 @@ def test_model_check_reads_the_fits():
         assert "burst 256kb" in f.read()
 
 
+@pytest.mark.serial
 def test_measure_binds_rank_r_to_the_r_th_core(monkeypatch):
     bound = []
     monkeypatch.setattr(measure.os, "sched_getaffinity", lambda pid: {3, 5})
@@ -143,6 +148,7 @@ def test_measure_binds_rank_r_to_the_r_th_core(monkeypatch):
     assert bound == [{3}, {5}, {3}, {5}, {5}]
 
 
+@pytest.mark.serial
 def test_model_check_fits_the_shared_memory_pipeline():
     import model_check
 
@@ -174,6 +180,7 @@ def launch_rows(cells):
             for (name, n), (p, m) in cells.items()]
 
 
+@pytest.mark.serial
 def test_model_check_combines_launches_by_medians():
     import model_check
 
@@ -210,6 +217,7 @@ def launch_record(label, beta, measured_ms):
                                    for n, row in measured_ms.items()}}
 
 
+@pytest.mark.serial
 def test_model_check_predicts_each_launch_from_its_own_fits(tmp_path, capsys):
     import model_check
 

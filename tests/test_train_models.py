@@ -6,6 +6,8 @@ import scipy.sparse as sp
 from collectives.train.models import make_model
 from collectives.train.optim import LBFGS, SGD, Adam, Newton, wolfe_search
 
+pytestmark = pytest.mark.serial
+
 N, D, K = 30, 5, 3
 
 

@@ -16,6 +16,7 @@ def _write(path, collectives_rows, fmt=tuning.FORMAT):
     return str(path)
 
 
+@pytest.mark.serial
 def test_shipped_table_loads_and_covers_every_collective():
     table = tuning.load(tuning.DEFAULT_PATH)
     for collective in collectives.ALGORITHMS:
@@ -24,6 +25,7 @@ def test_shipped_table_loads_and_covers_every_collective():
                 assert table.lookup(collective, size, nbytes), (collective, size, nbytes)
 
 
+@pytest.mark.serial
 def test_round_trip(tmp_path):
     rows = {"allreduce": [{"ranks": [1, 4], "bytes": [0, 100], "algorithm": "allreduce_binomial"},
                           {"ranks": [5, None], "bytes": [0, None], "algorithm": "allreduce_ring"}],
@@ -39,6 +41,7 @@ def test_round_trip(tmp_path):
     assert [r.algorithm for r in table.lookup("allreduce", 9, 1 << 30)] == ["allreduce_ring"]
 
 
+@pytest.mark.serial
 def test_short_names_resolve(tmp_path):
     path = _write(tmp_path / "t.json", {"bcast": [{"ranks": [1, None], "bytes": [0, None], "algorithm": "binomial"}]})
     assert tuning.load(path).rows["bcast"][0].algorithm == "bcast_binomial"
@@ -53,6 +56,7 @@ def _sweep_rows(collective, times):
     return [{"collective": collective, "rows": rows}]
 
 
+@pytest.mark.serial
 def test_tune_builds_ranges_from_measured_winners():
     rd, ring, seg = "allreduce_recursive_doubling", "allreduce_ring", "allreduce_ring_segmented"
     small = {8: {rd: 1.0, ring: 2.0}, 64: {rd: 1.0, ring: 1.02},  # ring within 3%: rd kept
@@ -217,6 +221,7 @@ def test_bad_files_name_the_file_and_the_problem(tmp_path, monkeypatch, content,
     comm.Free()
 
 
+@pytest.mark.serial
 def test_repeat_mode_reports_auto_against_the_best_named_algorithm():
     from bench.launches import auto_vs_best
 
@@ -230,6 +235,7 @@ def test_repeat_mode_reports_auto_against_the_best_named_algorithm():
     assert auto_vs_best([launch(2.0, 1.9), launch(2.0, 2.0), launch(2.0, 1.0)]) == {(8, "out"): (0.95, 0.5, 1.0)}
 
 
+@pytest.mark.serial
 def test_repeat_mode_sets_auto_beside_its_own_choice_by_name():
     from bench.launches import auto_vs_itself
 
@@ -248,6 +254,7 @@ def test_repeat_mode_sets_auto_beside_its_own_choice_by_name():
     assert got[(8, "out")] == pytest.approx((1.0, 0.95, 1.1))
 
 
+@pytest.mark.serial
 def test_tune_merges_launches_by_median_p50_and_least_min():
     def launch(p50s, mins, order=(0, 1)):
         rows = [{"size": 8, "place": "out", "algorithm": a, "p50(us)": p, "min(us)": m}

@@ -36,6 +36,7 @@ def unanswered(rank, size, blocking):
     return s
 
 
+@pytest.mark.serial
 def test_settings_from_the_environment(monkeypatch):
     monkeypatch.setenv("COLLECTIVES_TIMEOUT", "2.5")
     monkeypatch.setenv("COLLECTIVES_TIMEOUT_MODE", "abort")
@@ -46,6 +47,7 @@ def test_settings_from_the_environment(monkeypatch):
     assert watchdog.settings() == (0.0, "raise")
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("env, value, match", [
     ("COLLECTIVES_TIMEOUT", "soon", "COLLECTIVES_TIMEOUT must be a number of seconds, got 'soon'"),
     ("COLLECTIVES_TIMEOUT", "-1", "finite and >= 0"),
