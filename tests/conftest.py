@@ -11,11 +11,14 @@ Two options shape a launch, so that ``make test`` runs each test where it can fi
   count (kernels, schedule simulations, cost models, command lines, jobs of their own).
   With ``run`` (the default) each runs once, on one rank of the launch; ``skip`` leaves them
   out, ``only`` runs nothing else.
-* ``--matrix=full|reduced``: tests marked ``matrix`` cross every algorithm with every dtype;
-  ``reduced`` keeps the dtypes of ``REDUCED_DTYPES``, one per element size, which take every
-  code path of the algorithms (the counts, roots, in-place and communicator sizes that
-  choose those paths all stay).  The op x dtype pairs the reduced matrix drops are
-  properties of the reduction kernels, which the serial kernel tests cover for every pair.
+* ``--matrix=full|reduced``: what a launch adds to the others.  ``full`` runs every test on
+  every communicator of ``COMMS`` and, in the tests marked ``matrix``, every dtype.
+  ``reduced`` keeps what the launch's rank count alone brings: the communicator of all its
+  ranks (COMM_SELF and the uneven halves have sizes that smaller launches cover whole) and,
+  in the matrix tests, the dtypes of ``REDUCED_DTYPES``, one per element size, which take
+  every code path of the algorithms (the counts, roots and in-place forms that choose those
+  paths all stay).  The op x dtype pairs the reduced matrix drops are properties of the
+  reduction kernels, which the serial kernel tests cover for every pair.
 """
 import io
 import os
@@ -57,7 +60,8 @@ def pytest_addoption(parser, pluginmanager):
     group.addoption("--serial", choices=("run", "skip", "only"), default="run",
                     help="tests marked serial: run each once on one rank (default), skip them, or run only them")
     group.addoption("--matrix", choices=("full", "reduced"), default="full",
-                    help="tests marked matrix: every dtype (default), or one dtype per element size")
+                    help="every communicator and, in tests marked matrix, every dtype (default); or "
+                         "only the communicator of all ranks and one dtype per element size")
 
 
 # One dtype per element size: 1, 4, 8 and 16 bytes, integer, real and complex.
@@ -70,10 +74,11 @@ def pytest_collection_modifyitems(config, items):
     keep, drop = [], []
     for item in items:
         is_serial = item.get_closest_marker("serial") is not None
-        dtype = getattr(getattr(item, "callspec", None), "params", {}).get("dtype")
-        out = ((serial == "skip" and is_serial) or (serial == "only" and not is_serial)
-               or (matrix == "reduced" and item.get_closest_marker("matrix") is not None
-                   and str(dtype) not in REDUCED_DTYPES))
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        thinned = matrix == "reduced" and (
+            params.get("mpi_comm", "world") != "world"
+            or (item.get_closest_marker("matrix") is not None and str(params.get("dtype")) not in REDUCED_DTYPES))
+        out = (serial == "skip" and is_serial) or (serial == "only" and not is_serial) or thinned
         (drop if out else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
