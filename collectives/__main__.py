@@ -7,15 +7,16 @@ traceback comes too with ``--debug`` or COLLECTIVES_DEBUG=1.  Any other exceptio
 its rank prints that line, then its rank, host and traceback, and aborts the whole launch
 (collectives.abort), since the others may be waiting on it.
 """
-import os
 import sys
 import traceback
+
+from . import config
 
 COMMANDS = ("train", "bench")
 
 
 def _debug(argv):
-    return "--debug" in argv or os.environ.get("COLLECTIVES_DEBUG", "") not in ("", "0")
+    return "--debug" in argv or config.get("COLLECTIVES_DEBUG")
 
 
 def _say(prog, message, debug):

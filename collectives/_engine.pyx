@@ -10,8 +10,8 @@ from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_ANY_CON
                              PyBUF_C_CONTIGUOUS, PyBUF_FORMAT, PyBUF_WRITABLE)
 from libc.limits cimport INT_MAX
 from libc.stdint cimport int64_t
-from libc.stdlib cimport malloc, free, getenv
-from libc.string cimport memcpy, memmove, strcmp
+from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy, memmove
 from posix.time cimport clock_gettime, nanosleep, timespec, CLOCK_MONOTONIC
 cimport numpy as cnp
 import numpy as np
@@ -676,12 +676,6 @@ cdef int _npy_num[16]                # kernel dtype code -> canonical NumPy type
 cdef MPI_Datatype _dt_handle[MAX_DATATYPES]
 cdef int _dt_code[MAX_DATATYPES]
 cdef int _ndt = 0
-cdef object _ENV_BYTES = tuple(f"COLLECTIVES_{c.upper()}".encode() for c in
-                              ("allreduce", "bcast", "reduce", "allgather", "reduce_scatter",
-                               "gather", "scatter", "barrier"))
-cdef const char *_ENV_NAMES[NCOLL]
-for _i in range(NCOLL):
-    _ENV_NAMES[_i] = <const char *>_ENV_BYTES[_i]
 cdef object _OPS = (pyMPI.SUM, pyMPI.PROD, pyMPI.MIN, pyMPI.MAX, pyMPI.LAND, pyMPI.LOR,
                     pyMPI.LXOR, pyMPI.BAND, pyMPI.BOR, pyMPI.BXOR)
 cdef dict _OP_NAMES = {"sum": 0, "prod": 1, "min": 2, "max": 3, "land": 4, "lor": 5, "lxor": 6,
@@ -980,7 +974,6 @@ cdef class Fast:
     cdef Exchange x
     cdef bint checked  # the owner's check when the plans were made (it picks fused ones)
     cdef Py_ssize_t *counts
-    cdef list envs
     cdef list hot  # per collective: the plan of its latest call, found without the LRU
     cdef public Py_ssize_t calls
     cdef double limit        # the watchdog's seconds (0: off), set by ``watch``
@@ -999,7 +992,6 @@ cdef class Fast:
         self.size = comm.Get_size()
         for i in range(NCOLL):
             self.tags[i] = tags[i]
-        self.envs = [b""] * NCOLL
         self.hot = [None] * NCOLL
         self.width = 4 + self.size
         self.nvec = 5 + 2 * self.width
@@ -1063,13 +1055,8 @@ cdef class Fast:
         """The cached plan for ``key``, made on a miss; None when the general path must run.
         ``apart``: the call's input and output do not overlap (``key`` must say so too)."""
         cdef _Plan pl
-        cdef const char *env
-        # A changed COLLECTIVES_<COLLECTIVE> changes every choice that deferred to it.
-        env = getenv(_ENV_NAMES[coll])
-        if env == NULL:
-            env = b""
-        if strcmp(env, <const char *>self.envs[coll]) != 0 or self.checked != self.state["check"]:
-            self.envs[coll] = <bytes>env
+        # A changed check changes the choices that take the fused forms.
+        if self.checked != self.state["check"]:
             self.checked = self.state["check"]
             self.forget()
         # A repeated call shape skips the LRU, a Python call taking a lock that cost about as

@@ -9,25 +9,15 @@ ByteLRU, whoever made it.  Safe to share between threads (the progress thread bu
 for nonblocking collectives).
 """
 import collections
-import os
 import threading
 import weakref
 
-DEFAULT_BYTES = 32 << 20
+from . import config
 
 
 def default_bound():
-    """COLLECTIVES_CACHE_BYTES, or 32 MiB; ValueError if it is not a non-negative integer."""
-    text = os.environ.get("COLLECTIVES_CACHE_BYTES", "")
-    if not text:
-        return DEFAULT_BYTES
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ValueError(f"COLLECTIVES_CACHE_BYTES must be a byte count (an integer >= 0), got {text!r}")
-    return value
+    """COLLECTIVES_CACHE_BYTES (32 MiB when unset); ValueError if it is not an integer >= 0."""
+    return config.get("COLLECTIVES_CACHE_BYTES")
 
 
 _caches = weakref.WeakSet()

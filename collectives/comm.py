@@ -41,13 +41,12 @@ leaves no request open and marks the Comm unusable: later calls raise RuntimeErr
 the collective, step and rank of that failure.
 """
 import functools
-import os
 
 from mpi4py import MPI
 
-from . import jobs, node, transport, watchdog
+from . import config, jobs, node, transport, watchdog
 from .derived import derived
-from .executor import EXPLAIN, NATIVE, TAG, explain, plan_fast, run, start
+from .executor import NATIVE, TAG, explain, plan_fast, run, start
 from .ops import OP_NAMES
 from .registry import ALGORITHMS, resolve_name
 
@@ -79,8 +78,11 @@ class Comm:
         What a stall does (default: COLLECTIVES_TIMEOUT_MODE, else "raise").
     """
 
-    def __init__(self, comm=None, *, algorithms=None, check=None, timeout=None, on_timeout=None, _nodes=None):
+    def __init__(self, comm=None, *, algorithms=None, check=None, timeout=None, on_timeout=None, _nodes=None,
+                 _env=None):
         self.comm = MPI.COMM_WORLD if comm is None else comm
+        # What the environment says (collectives.config), read once: calls never read it.
+        self._env = config.snapshot() if _env is None else _env
         if isinstance(self.comm, Comm):
             self.comm = self.comm.comm
         if self.comm.Is_inter():
@@ -97,10 +99,8 @@ class Comm:
             if resolve_name(collective, name) != "auto":
                 self.algorithms[collective] = resolve_name(collective, name)
         self.last_algorithm = None
-        if check is None:
-            check = os.environ.get("COLLECTIVES_CHECK", "1") not in ("", "0")
-        self.check = bool(check)
-        self.timeout, self.on_timeout = watchdog.settings(timeout, on_timeout)
+        self.check = bool(self._env.check if check is None else check)
+        self.timeout, self.on_timeout = watchdog.settings(timeout, on_timeout, self._env)
         self._jobs = 0  # collectives run as jobs (the fast path counts its own): call numbers
         self._scratch = {}  # executor.buffer's reused buffers, by purpose
         self._progress = None  # the thread running nonblocking collectives, once one starts
@@ -113,7 +113,8 @@ class Comm:
         # The fast path reads and sets _broken, _progress, check and last_algorithm here; it
         # caches choices per call shape, so COLLECTIVES_EXPLAIN (a line per call) goes without.
         self._fast = (Fast(self._coll, self, functools.partial(plan_fast, self),
-                           [TAG[c] for c in ALGORITHMS], list(ALGORITHMS)) if NATIVE and not EXPLAIN else None)
+                           [TAG[c] for c in ALGORITHMS], list(ALGORITHMS))
+                      if NATIVE and not self._env.explain else None)
         if self.timeout:
             if self._fast is not None:
                 self._fast.watch(self.timeout)

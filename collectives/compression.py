@@ -86,7 +86,6 @@ kernels; communication is the rest of the call's wall time (waiting for messages
 intra-node sums); only bytes sent to other nodes count.
 """
 import contextlib
-import os
 import time
 import warnings
 import zlib
@@ -94,7 +93,7 @@ import zlib
 import numpy as np
 from mpi4py import MPI
 
-from . import kernels, node
+from . import config, kernels, node
 from .agreement import COMPRESSED as AGREEMENT, agree, joined
 from .comm import wrap
 from .executor import buffer, run
@@ -561,18 +560,8 @@ NODE_RATIO = 1 / 8
 
 
 def node_ratio():
-    """NODE_RATIO, or the COLLECTIVES_NODE_RATIO set in the environment (ValueError naming it
-    unless it is a number >= 0)."""
-    text = os.environ.get("COLLECTIVES_NODE_RATIO", "").strip()
-    if not text:
-        return NODE_RATIO
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise ValueError(f"COLLECTIVES_NODE_RATIO={text!r}: expected a number >= 0 (default {NODE_RATIO:g})")
-    return value
+    """The COLLECTIVES_NODE_RATIO of the environment, else NODE_RATIO."""
+    return config.get("COLLECTIVES_NODE_RATIO") if config.is_set("COLLECTIVES_NODE_RATIO") else NODE_RATIO
 
 
 def _node_aware_pays(nodes, compressor, dtype):

@@ -9,7 +9,7 @@ def derived(method):
         if made == MPI.COMM_NULL:
             return made
         comm = type(self)(made, algorithms=self.algorithms, check=self.check, timeout=self.timeout,
-                          on_timeout=self.on_timeout)
+                          on_timeout=self.on_timeout, _env=self._env)
         comm._owned = True
         return comm
     derive.__name__ = derive.__qualname__ = method

@@ -12,7 +12,6 @@ COLLECTIVES_EXPLAIN=1 prints it per call).  ``native_job`` delegates a call no a
 covers to mpi4py's method on the private communicator, where it keeps its place in the
 order of the Comm's collectives.
 """
-import os
 import sys
 
 import numpy as np
@@ -57,8 +56,6 @@ LATE_COPY_BYTES = 1 << 20
 TAG = {name: SCHEDULE_TAG + i for i, name in enumerate(ALGORITHMS)}
 BYTE = dtype_code(np.uint8)
 _NO_STEPS = np.empty((0, 9), np.int64)  # a fused collective's: the checked exchange is all of it
-# COLLECTIVES_EXPLAIN=1: one line per call on stderr saying why its algorithm runs.
-EXPLAIN = os.environ.get("COLLECTIVES_EXPLAIN", "") not in ("", "0")
 
 
 def as_bytes(arr):
@@ -68,10 +65,11 @@ def as_bytes(arr):
 
 def choose(comm, collective, algorithm, count, nbytes, uniform=True):
     """The Algorithm for this call: per call, then per Comm, then environment, then ``auto``."""
-    algo, reason = decide_for(collective, algorithm, comm.algorithms.get(collective), comm.size, count,
-                              nbytes, uniform, checked=comm.check, spans=spans(comm))
+    algo, reason = decide_for(collective, algorithm, comm.algorithms.get(collective),
+                              comm._env.algorithms[collective], comm.size, count, nbytes, uniform,
+                              checked=comm.check, spans=spans(comm), table=comm._env.tuning)
     comm.last_algorithm = algo.name
-    if EXPLAIN:
+    if comm._env.explain:
         explain_line(comm, collective, f"{nbytes} B -> {algo.name}: {reason}")
     return algo
 
@@ -88,9 +86,10 @@ def explain(comm, collective, count=0, dtype="float32", algorithm=None):
     if collective not in ALGORITHMS:
         raise ValueError(f"unknown collective {collective!r}; one of {', '.join(ALGORITHMS)}")
     nbytes = count * np.dtype(dtype).itemsize
-    algo, reason = decide_for(collective, algorithm, comm.algorithms.get(collective), comm.size,
+    algo, reason = decide_for(collective, algorithm, comm.algorithms.get(collective),
+                              comm._env.algorithms[collective], comm.size,
                               nbytes if collective == "bcast" else count, nbytes, checked=comm.check,
-                              spans=spans(comm))
+                              spans=spans(comm), table=comm._env.tuning)
     return f"{algo.name}: {reason}"
 
 
@@ -248,7 +247,7 @@ def native_job(comm, collective, why, method, *args):
     """A job running mpi4py's ``method(*args)`` on the private communicator."""
     log.info("%s: %s; native MPI call", method, why)
     comm.last_algorithm = "native"
-    if EXPLAIN:
+    if comm._env.explain:
         explain_line(comm, collective, f"-> native: {why}; delegated to MPI's {method}")
     call = getattr(comm._coll, method)
 
@@ -297,5 +296,5 @@ def start(comm, job):
     return comm._progress.submit(job)
 
 
-__all__ = ["BYTE", "EXPLAIN", "NATIVE", "TAG", "as_bytes", "buffer", "choose", "execute", "execute_steps",
+__all__ = ["BYTE", "NATIVE", "TAG", "as_bytes", "buffer", "choose", "execute", "execute_steps",
            "explain", "native_job", "plan_fast", "run", "start"]

@@ -5,12 +5,11 @@ collectives._kernels_numpy, compression kernels from collectives._compress /
 collectives._compress_numpy.  ``native`` and ``numpy`` name the two compression modules
 (``native`` is None when unbuilt), so tests and benchmarks can compare them.
 """
-import os
 import warnings
 
-from . import _compress_numpy, _kernels_numpy
+from . import _compress_numpy, _kernels_numpy, config
 
-PUREPYTHON = os.environ.get("COLLECTIVES_PUREPYTHON", "0") not in ("", "0")
+PUREPYTHON = config.get("COLLECTIVES_PUREPYTHON")
 
 REDUCE = ("reduce_into", "reduce_blocks", "reduce_scaled", "sum_f16_f32")
 COMPRESS = (

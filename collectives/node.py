@@ -10,7 +10,6 @@ on one host, COLLECTIVES_NODE overrides it with a layout of consecutive ranks:
 A layout whose ranks do not add up to the communicator's size is refused with a ValueError.
 Lane j is the communicator of the j-th rank of every node (only nodes that have one).
 """
-import os
 from typing import NamedTuple
 
 import numpy as np
@@ -69,7 +68,7 @@ class Nodes:
         """Build from the collectives.Comm ``comm``; collective over it."""
         from .comm import Comm
 
-        spec = os.environ.get("COLLECTIVES_NODE", "").strip()
+        spec = comm._env.node
         if spec:
             counts = layout(spec, comm.size)
             node = np.repeat(np.arange(len(counts)), counts)[comm.rank]
@@ -114,7 +113,7 @@ def _flat(Comm, made, parent):
     algorithm, count, dtype and op, from which every phase's arguments follow on every rank
     (a check per phase would add a round trip per phase, one of them between nodes)."""
     sub = Comm(made, algorithms={k: v for k, v in parent.algorithms.items() if k != "allreduce"},
-               check=False, timeout=parent.timeout, on_timeout=parent.on_timeout, _nodes=FLAT)
+               check=False, timeout=parent.timeout, on_timeout=parent.on_timeout, _nodes=FLAT, _env=parent._env)
     made.Free()
     return sub
 
@@ -148,12 +147,12 @@ def allreduce(comm, sendbuf, recvbuf, op, algorithm):
     from .buffers import Native, is_in_place, parse
     from .executor import run
     from .ops import check_op
-    from .registry import decide_for, env_choice, may_be_node_aware, resolve_name, select_node
+    from .registry import decide_for, may_be_node_aware, resolve_name, select_node
 
     try:
         requested = resolve_name("allreduce", algorithm)
         if requested == "auto":
-            requested = comm.algorithms.get("allreduce") or env_choice("allreduce")
+            requested = comm.algorithms.get("allreduce") or resolve_name("allreduce", comm._env.algorithms["allreduce"])
         if comm._nodes is not None and not may_be_node_aware(requested):
             return False
         recv, n, _ = parse(recvbuf, "recvbuf", writable=True)
@@ -175,8 +174,9 @@ def allreduce(comm, sendbuf, recvbuf, op, algorithm):
         # Collective on the private communicator: queued behind pending nonblocking calls.
         def find():
             if comm.check:
-                flat = decide_for("allreduce", algorithm, comm.algorithms.get("allreduce"), comm.size, n,
-                                  recv.nbytes, checked=True)[0]
+                flat = decide_for("allreduce", algorithm, comm.algorithms.get("allreduce"),
+                                  comm._env.algorithms["allreduce"], comm.size, n, recv.nbytes, checked=True,
+                                  table=comm._env.tuning)[0]
                 agree(comm, "allreduce", flat, count=n, dtype=dt, op=opc, **{FINDS_NODES: 1})
             comm._nodes = discover(comm)
         run(comm, find)

@@ -20,9 +20,8 @@ Names are the module names, ``<collective>_<algorithm>``; users may drop the pre
 import functools
 import importlib
 import logging
-import os
 
-from . import tuning
+from . import config, tuning
 from .cache import ByteLRU
 from .exchange import BCAST, FUSED_BYTES, GATHER, HEADER, REDUCE
 
@@ -72,7 +71,7 @@ def _scratch_ok(size, count, uniform):
 
 
 # The naive all-to-all holds p - 1 incoming vectors at once.
-MAX_SCRATCH_ELEMENTS = int(os.environ.get("COLLECTIVES_MAX_SCRATCH", str(1 << 28)))
+MAX_SCRATCH_ELEMENTS = config.get("COLLECTIVES_MAX_SCRATCH")
 
 ALGORITHMS = {
     "allreduce": [
@@ -230,19 +229,16 @@ def resolve_name(collective, name):
     return full
 
 
-def env_choice(collective):
-    """The algorithm forced by COLLECTIVES_<COLLECTIVE>, or "auto"."""
-    return resolve_name(collective, os.environ.get(f"COLLECTIVES_{collective.upper()}", "auto"))
-
-
 def decide(collective, requested, size, count, nbytes, uniform=True, source="requested", checked=False,
-           spans=False):
+           spans=False, table=None):
     """(Algorithm, reason): ``requested`` when it applies, else the ``auto`` choice.
 
     ``source`` says where a named request came from (per call, per Comm, environment); the
     reason names it, or the table row, restriction or fallback that chose.  ``checked``: the
     cross-rank check is on, which lets ``auto`` take the fused form.  ``spans``: the
     communicator spans several nodes, where SPREAD_AUTO's rows come after the fused ones.
+    ``table``: the decision table's path, empty for the shipped one; a Comm passes the
+    COLLECTIVES_TUNING it read when made, and None (tools without a Comm) reads it now.
     """
     name = resolve_name(collective, requested)
     fell_back = ""
@@ -254,7 +250,7 @@ def decide(collective, requested, size, count, nbytes, uniform=True, source="req
             return algo, f"{name} ({source})"
         log.info("collectives: %s does not apply (%s); falling back to auto", name, reason)
         fell_back = f"{name} ({source}) does not apply: {reason}; "
-    table = tuning.active()
+    table = tuning.active(config.get("COLLECTIVES_TUNING") if table is None else table)
     skipped = []
     rows = table.lookup(collective, size, nbytes)
     spread = SPREAD_AUTO.get(collective, ()) if spans else ()
@@ -279,14 +275,16 @@ def decide(collective, requested, size, count, nbytes, uniform=True, source="req
                   f"{nbytes} bytes{''.join(f'; skipped {s}' for s in skipped)}; first applicable algorithm")
 
 
-def decide_for(collective, per_call, per_comm, size, count, nbytes, uniform=True, checked=False, spans=False):
-    """(Algorithm, reason) for a call: its ``algorithm=``, else the Comm's, else
-    COLLECTIVES_<COLLECTIVE>, else ``auto`` (``checked`` and ``spans`` as for ``decide``)."""
+def decide_for(collective, per_call, per_comm, per_env, size, count, nbytes, uniform=True, checked=False,
+               spans=False, table=""):
+    """(Algorithm, reason) for a call: its ``algorithm=``, else the Comm's, else ``per_env``
+    (the Comm's snapshot of COLLECTIVES_<COLLECTIVE>), else ``auto`` (``checked``, ``spans``
+    and ``table`` as for ``decide``)."""
     for name, source in ((per_call, "per call"), (per_comm, "per Comm"),
-                         (os.environ.get(f"COLLECTIVES_{collective.upper()}"), f"COLLECTIVES_{collective.upper()}")):
+                         (per_env, f"COLLECTIVES_{collective.upper()}")):
         if resolve_name(collective, name) != "auto":
-            return decide(collective, name, size, count, nbytes, uniform, source, checked, spans)
-    return decide(collective, "auto", size, count, nbytes, uniform, checked=checked, spans=spans)
+            return decide(collective, name, size, count, nbytes, uniform, source, checked, spans, table)
+    return decide(collective, "auto", size, count, nbytes, uniform, checked=checked, spans=spans, table=table)
 
 
 def select(collective, requested, size, count, nbytes, uniform=True, checked=False):

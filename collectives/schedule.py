@@ -22,9 +22,9 @@ only for the same peer to take the piece before it, a wait the unsplit row had t
 two-way row splits into nonblocking pieces completed together, which is what MPI_Sendrecv
 is: no piece waits for a third rank, so the split adds no dependency that could deadlock.
 """
-import os
-
 import numpy as np
+
+from . import config
 
 ACC, TMP, IN, OUT = 0, 1, 2, 3
 
@@ -40,7 +40,7 @@ INT_MAX = 2**31 - 1
 
 # The largest count of one send or receive row.  COLLECTIVES_MAX_COUNT lowers it so tests
 # reach the split rows with small messages; registry.plan caches schedules built under it.
-MAX_COUNT = int(os.environ.get("COLLECTIVES_MAX_COUNT", INT_MAX))
+MAX_COUNT = config.get("COLLECTIVES_MAX_COUNT")
 
 
 def displacements(counts):

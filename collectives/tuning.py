@@ -136,9 +136,10 @@ def write(table, path):
 _LOADED = {}
 
 
-def active():
-    """The table ``auto`` uses: COLLECTIVES_TUNING's file, else the shipped one (loaded once per path)."""
-    path = os.environ.get("COLLECTIVES_TUNING") or DEFAULT_PATH
+def active(path=""):
+    """The table ``auto`` uses: the file at ``path`` (a Comm's COLLECTIVES_TUNING), else the
+    shipped one; each loaded once."""
+    path = path or DEFAULT_PATH
     table = _LOADED.get(path)
     if table is None:
         table = _LOADED[path] = load(path)

@@ -27,6 +27,8 @@ import os
 import sys
 import time
 
+from . import config
+
 # Exit status of a job the watchdog aborts (as GNU timeout's), distinct from abort-on-error's 1.
 EXIT_STATUS = 124
 MODES = ("raise", "abort")
@@ -39,14 +41,11 @@ MAX_PAUSE_S = 1e-3
 GRACE_S = 1.0
 
 
-def settings(timeout=None, on_timeout=None):
-    """(seconds, mode) from the arguments, else COLLECTIVES_TIMEOUT and COLLECTIVES_TIMEOUT_MODE."""
+def settings(timeout=None, on_timeout=None, env=None):
+    """(seconds, mode) from the arguments, else from ``env`` (a config.Settings snapshot:
+    COLLECTIVES_TIMEOUT and COLLECTIVES_TIMEOUT_MODE)."""
     if timeout is None:
-        text = os.environ.get("COLLECTIVES_TIMEOUT", "").strip()
-        try:
-            timeout = float(text) if text else 0.0
-        except ValueError:
-            raise ValueError(f"COLLECTIVES_TIMEOUT must be a number of seconds, got {text!r}") from None
+        timeout = config.get("COLLECTIVES_TIMEOUT") if env is None else env.timeout
     try:
         timeout = float(timeout)
     except (TypeError, ValueError):
@@ -54,7 +53,7 @@ def settings(timeout=None, on_timeout=None):
     if not timeout >= 0 or timeout == float("inf"):
         raise ValueError(f"timeout must be finite and >= 0 seconds (0: off), got {timeout!r}")
     if on_timeout is None:
-        on_timeout = os.environ.get("COLLECTIVES_TIMEOUT_MODE", "").strip() or "raise"
+        on_timeout = config.get("COLLECTIVES_TIMEOUT_MODE") if env is None else env.timeout_mode
     if on_timeout not in MODES:
         raise ValueError(f"timeout mode must be one of {', '.join(MODES)} "
                          f"(COLLECTIVES_TIMEOUT_MODE / on_timeout), got {on_timeout!r}")

@@ -163,8 +163,8 @@ def test_unknown_algorithm_lists_the_choices(comm, mpi_comm, monkeypatch):
     with pytest.raises(ValueError, match="unknown collective 'alltoall'"):
         Comm(mpi_comm, algorithms={"alltoall": "ring"})
     monkeypatch.setenv("COLLECTIVES_ALLREDUCE", "warp")
-    with pytest.raises(ValueError, match="unknown allreduce algorithm 'warp'"):
-        comm.Allreduce(np.ones(2), np.zeros(2))
+    with Comm(mpi_comm) as warped, pytest.raises(ValueError, match="unknown allreduce algorithm 'warp'"):
+        warped.Allreduce(np.ones(2), np.zeros(2))
 
 
 @pytest.fixture
@@ -197,19 +197,21 @@ def test_environment_and_communicator_choices(comm, mpi_comm, monkeypatch, ran):
     auto = registry.select("allreduce", "auto", comm.size, 1000, 8000).name
     other = next(n for n in collectives.names("allreduce") if n != auto and "ring" in n)
     monkeypatch.setenv("COLLECTIVES_ALLREDUCE", other.replace("allreduce_", ""))
-    _allreduce(comm, mpi_comm)
-    assert comm.last_algorithm == other and ran[-1] == other
-    _allreduce(comm, mpi_comm, algorithm="auto")  # "auto" per call defers to the environment
+    forced = Comm(mpi_comm, check=comm.check)  # a Comm reads the environment when it is made
+    _allreduce(forced, mpi_comm)
+    assert forced.last_algorithm == other and ran[-1] == other
+    _allreduce(forced, mpi_comm, algorithm="auto")  # "auto" per call defers to the environment
     assert ran[-1] == other
-    _allreduce(comm, mpi_comm, algorithm="binomial")  # a per-call choice wins
-    assert comm.last_algorithm == ran[-1] == "allreduce_binomial"
+    _allreduce(forced, mpi_comm, algorithm="binomial")  # a per-call choice wins
+    assert forced.last_algorithm == ran[-1] == "allreduce_binomial"
     per_comm = Comm(mpi_comm, algorithms={"allreduce": "round_robin"})
     _allreduce(per_comm, mpi_comm)  # the communicator's choice wins over the environment
     assert per_comm.last_algorithm == ran[-1] == "allreduce_round_robin"
-    monkeypatch.delenv("COLLECTIVES_ALLREDUCE")
-    _allreduce(comm, mpi_comm)
+    _allreduce(comm, mpi_comm)  # made before the variable was set
     assert comm.last_algorithm == ran[-1] == auto
+    monkeypatch.delenv("COLLECTIVES_ALLREDUCE")
     per_comm.Free()
+    forced.Free()
 
 
 def test_forced_algorithm_falls_back_with_a_logged_reason(comm, mpi_comm, monkeypatch, caplog, ran):
@@ -218,15 +220,16 @@ def test_forced_algorithm_falls_back_with_a_logged_reason(comm, mpi_comm, monkey
     monkeypatch.setattr(registry, "MAX_SCRATCH_ELEMENTS", comm.size - 1)
     caplog.set_level(logging.INFO, logger="collectives")
     monkeypatch.setenv("COLLECTIVES_ALLREDUCE", "all_to_all")
-    _allreduce(comm, mpi_comm)
-    auto = registry.select("allreduce", "auto", comm.size, 1000, 8000).name
-    assert comm.last_algorithm == ran[-1] == auto
-    assert any("allreduce_all_to_all does not apply" in rec.getMessage() and "COLLECTIVES_MAX_SCRATCH"
-               in rec.getMessage() for rec in caplog.records)
-    caplog.clear()
-    _allreduce(comm, mpi_comm, n=1)  # small enough: the forced choice applies, nothing logged
-    assert comm.last_algorithm == ran[-1] == "allreduce_all_to_all"
-    assert not caplog.records
+    with Comm(mpi_comm, check=comm.check) as forced:
+        _allreduce(forced, mpi_comm)
+        auto = registry.select("allreduce", "auto", comm.size, 1000, 8000).name
+        assert forced.last_algorithm == ran[-1] == auto
+        assert any("allreduce_all_to_all does not apply" in rec.getMessage() and "COLLECTIVES_MAX_SCRATCH"
+                   in rec.getMessage() for rec in caplog.records)
+        caplog.clear()
+        _allreduce(forced, mpi_comm, n=1)  # small enough: the forced choice applies, nothing logged
+        assert forced.last_algorithm == ran[-1] == "allreduce_all_to_all"
+        assert not caplog.records
 
 
 FUSED_CALLS = {

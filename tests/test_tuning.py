@@ -124,14 +124,14 @@ def test_auto_follows_a_hand_written_table(tmp_path, monkeypatch):
 
 
 def test_a_row_whose_algorithm_does_not_apply_is_skipped(tmp_path, monkeypatch):
-    comm = collectives.Comm(MPI.COMM_WORLD)
-    if comm.size < 2:
+    if MPI.COMM_WORLD.size < 2:
         pytest.skip("the scratch restriction always holds on one rank")
-    monkeypatch.setattr(registry, "MAX_SCRATCH_ELEMENTS", comm.size - 1)
+    monkeypatch.setattr(registry, "MAX_SCRATCH_ELEMENTS", MPI.COMM_WORLD.size - 1)
     path = _write(tmp_path / "t.json", {
         "allreduce": [{"ranks": [1, None], "bytes": [0, None], "algorithm": "allreduce_all_to_all"},
                       {"ranks": [1, None], "bytes": [0, None], "algorithm": "allreduce_ring"}]})
     monkeypatch.setenv("COLLECTIVES_TUNING", path)
+    comm = collectives.Comm(MPI.COMM_WORLD)
     assert _allreduce(comm, 50) == "allreduce_ring"
     text = comm.explain("allreduce", 50)
     assert text.startswith("allreduce_ring: auto: allreduce row 1 (ranks 1.., bytes 0..) of " + path)
@@ -152,7 +152,10 @@ def test_explain_names_the_request_row_or_fallback(tmp_path, monkeypatch):
                              f"{comm.size} ranks and 68 bytes")
     assert comm.explain("allreduce", 16, algorithm="ring") == "allreduce_ring: allreduce_ring (per call)"
     monkeypatch.setenv("COLLECTIVES_ALLREDUCE", "round_robin")
-    assert comm.explain("allreduce", 16) == "allreduce_round_robin: allreduce_round_robin (COLLECTIVES_ALLREDUCE)"
+    assert comm.explain("allreduce", 16) == f"allreduce_binomial: auto: {row0}"  # read when the Comm was made
+    forced = collectives.Comm(MPI.COMM_WORLD)
+    assert forced.explain("allreduce", 16) == "allreduce_round_robin: allreduce_round_robin (COLLECTIVES_ALLREDUCE)"
+    forced.Free()
     per_comm = collectives.Comm(MPI.COMM_WORLD, algorithms={"allreduce": "ring_segmented"})
     assert per_comm.explain("allreduce", 16) == "allreduce_ring_segmented: allreduce_ring_segmented (per Comm)"
     if comm.size > 1:
@@ -167,8 +170,7 @@ def test_explain_names_the_request_row_or_fallback(tmp_path, monkeypatch):
 
 
 def test_explain_mode_prints_a_line_per_call(monkeypatch, capsys):
-    monkeypatch.setattr(executor, "EXPLAIN", True)
-    monkeypatch.setattr(comm_module, "EXPLAIN", True)
+    monkeypatch.setenv("COLLECTIVES_EXPLAIN", "1")
     monkeypatch.delenv("COLLECTIVES_ALLREDUCE", raising=False)
     monkeypatch.delenv("COLLECTIVES_TUNING", raising=False)
     comm = collectives.Comm(MPI.COMM_WORLD)

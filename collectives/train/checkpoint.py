@@ -32,6 +32,7 @@ import zipfile
 import numpy as np
 from mpi4py import MPI
 
+from .. import config
 from .errors import DataError
 
 FORMAT = 1
@@ -76,7 +77,7 @@ def write_file(path, write):
         with open(tmp, "wb") as f:
             half = len(data) // 2
             f.write(data[:half])
-            if os.environ.get(STALL) == str(_writes):
+            if config.get(STALL) == str(_writes):
                 f.flush()
                 while True:  # until the test kills the job
                     time.sleep(1)

@@ -40,7 +40,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import compression, p2p
+from .. import compression, config, p2p
 from . import checkpoint as ckpt
 from . import data as D, dataserver, gossip, optim, straggler as stragglers
 from .errors import DataError, UsageError
@@ -103,7 +103,7 @@ def check_options(options, model, size):
         raise UsageError(f"the parameter server needs 1 <= servers < ranks, got servers={o['servers']} "
                          f"with {size} ranks")
     if o["reproducible"] is None:
-        o["reproducible"] = os.environ.get("COLLECTIVES_REPRODUCIBLE", "") not in ("", "0")
+        o["reproducible"] = config.get("COLLECTIVES_REPRODUCIBLE")
     if o["reproducible"]:
         # the other models exchange whole models or stale gradients, whose sums follow the ranks
         if o["sync"] != "sync":

@@ -1,0 +1,190 @@
+"""Every ``COLLECTIVES_*`` environment variable, declared once.
+
+Each variable has a name, a type, a default, the moment it is read and one line of doc
+(``VARIABLES``; the configuration page of the docs is generated from it).  When it is read:
+
+* ``process``: once, when the module that uses it is imported;
+* ``communicator``: when a ``Comm`` is made, into its ``Settings`` snapshot; nothing on a
+  collective's path reads the environment, so a variable changed later takes effect on the
+  communicators made after the change;
+* ``run``: when a command (``python -m collectives ...``) or a training run starts.
+
+A value that does not parse raises ValueError naming the variable, where it is read.  This
+module imports nothing of the package, so every other module may import it.
+"""
+import math
+import os
+from typing import Callable, NamedTuple
+
+# The collectives with an algorithm table, in the order of collectives.registry.ALGORITHMS
+# (their indices are the fingerprint's collective field).
+COLLECTIVES = ("allreduce", "bcast", "reduce", "allgather", "reduce_scatter", "gather", "scatter",
+               "barrier")
+
+
+class Variable(NamedTuple):
+    """One environment variable: how to parse it and what it does."""
+
+    name: str
+    type: str
+    default: object
+    when: str
+    doc: str
+    parse: Callable
+
+
+def _flag(name, text):
+    return text.strip() not in ("", "0")
+
+
+def _seconds(name, text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, got {text!r}") from None
+    if not value >= 0 or math.isinf(value):
+        raise ValueError(f"{name} must be finite and >= 0 seconds (0: off), got {text!r}")
+    return value
+
+
+def _count(name, text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {text!r}")
+    return value
+
+
+def _positive(name, text):
+    value = _count(name, text)
+    if value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {text!r}")
+    return value
+
+
+def _ratio(name, text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise ValueError(f"{name} must be a number >= 0, got {text!r}")
+    return value
+
+
+def _choice(*allowed):
+    def parse(name, text):
+        value = text.strip().lower()
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(allowed)} (got {text!r})")
+        return value
+    return parse
+
+
+def _text(name, text):
+    return text.strip()
+
+
+VARIABLES = (
+    Variable("COLLECTIVES_CHECK", "bool", True, "communicator",
+             "Agree across ranks on every collective's arguments before (or as) it runs, so a "
+             "mismatch raises the same ValueError on every rank; 0 turns the check off.", _flag),
+    Variable("COLLECTIVES_TIMEOUT", "seconds", 0.0, "communicator",
+             "The stall watchdog: seconds a collective may wait without progress before it "
+             "raises StallError (or aborts); 0 turns it off.", _seconds),
+    Variable("COLLECTIVES_TIMEOUT_MODE", "raise | abort", "raise", "communicator",
+             "What a stall does: raise StallError on the rank that waited, or abort the job "
+             "with exit status 124.", _choice("raise", "abort")),
+    Variable("COLLECTIVES_<COLLECTIVE>", "algorithm name", "auto", "communicator",
+             "Force an algorithm for one collective, e.g. COLLECTIVES_ALLREDUCE=ring (one variable "
+             "per collective: " + ", ".join(c.upper() for c in COLLECTIVES) + "); a per-Comm or "
+             "per-call choice wins over it.", _text),
+    Variable("COLLECTIVES_TUNING", "path", "", "communicator",
+             "The decision table auto uses (JSON, as collectives-bench tune writes it) instead of "
+             "the shipped collectives/data/tuning.json.", _text),
+    Variable("COLLECTIVES_EXPLAIN", "bool", False, "communicator",
+             "Print one line per collective call on stderr saying which algorithm ran and why.", _flag),
+    Variable("COLLECTIVES_NODE", "layout", "", "communicator",
+             "Pretend the ranks sit on nodes, for testing node-aware algorithms on one host: K "
+             "(nodes of K ranks), NxK, or a,b,c (uneven).", _text),
+    Variable("COLLECTIVES_NODE_RATIO", "number", 1 / 8, "run",
+             "Bandwidth between nodes over that within a node, which decides when the compressed "
+             "all-reduce goes node-aware.", _ratio),
+    Variable("COLLECTIVES_PUREPYTHON", "bool", False, "process",
+             "Run the NumPy twins of the executor, the checked exchange and the kernels instead "
+             "of the native ones (the same dispatch otherwise).", _flag),
+    Variable("COLLECTIVES_SIMD", "none | avx2", "", "process",
+             "Cap the hand-written SIMD paths of the C kernels (read by csrc/cpu.h at the first "
+             "kernel call), to test the paths other CPUs take; unset: every path this CPU has.",
+             _choice("none", "avx2")),
+    Variable("COLLECTIVES_CACHE_BYTES", "bytes", 32 << 20, "process",
+             "The most bytes each cache of schedules holds; the least recently used plans go "
+             "first.", _count),
+    Variable("COLLECTIVES_MAX_SCRATCH", "elements", 1 << 28, "process",
+             "The scratch the naive all-to-all all-reduce may use, (p - 1) x count elements; "
+             "above it auto and a forced choice take another algorithm.", _count),
+    Variable("COLLECTIVES_MAX_COUNT", "elements", 2**31 - 1, "process",
+             "The most elements one message of a schedule carries; longer ones are split. Lower "
+             "it to test the split paths.", _positive),
+    Variable("COLLECTIVES_DEBUG", "bool", False, "run",
+             "Commands print a full traceback for an unexpected error instead of one line.", _flag),
+    Variable("COLLECTIVES_REPRODUCIBLE", "bool", False, "run",
+             "Training sums gradients in a fixed tree, so a run gives the same bits at any rank "
+             "count and with any all-reduce algorithm.", _flag),
+    Variable("COLLECTIVES_CHECKPOINT_STALL", "write number", "", "run",
+             "For tests of interrupted checkpoints: the checkpoint write of that number stops "
+             "halfway until the process is killed.", _text),
+)
+_BY_NAME = {v.name: v for v in VARIABLES}
+
+
+def get(name, environ=None):
+    """The parsed value of variable ``name`` (its default when unset or empty); ValueError
+    naming the variable when it does not parse.  ``COLLECTIVES_ALLREDUCE`` and the other
+    per-collective names resolve to the ``COLLECTIVES_<COLLECTIVE>`` entry."""
+    environ = os.environ if environ is None else environ
+    var = _BY_NAME.get(name)
+    if var is None:
+        collective = name[len("COLLECTIVES_"):].lower()
+        if collective not in COLLECTIVES:
+            raise KeyError(f"{name} is not a collectives variable")
+        var = _BY_NAME["COLLECTIVES_<COLLECTIVE>"]
+    text = environ.get(name, "")
+    if not text.strip():
+        return var.default
+    return var.parse(name, text)
+
+
+def is_set(name, environ=None):
+    """Whether variable ``name`` is set to something other than blanks."""
+    return bool((os.environ if environ is None else environ).get(name, "").strip())
+
+
+class Settings(NamedTuple):
+    """What a Comm reads from the environment when it is made."""
+
+    check: bool
+    timeout: float
+    timeout_mode: str
+    algorithms: dict
+    tuning: str
+    explain: bool
+    node: str
+
+
+def snapshot(environ=None):
+    """The ``communicator`` variables as they are now."""
+    return Settings(
+        check=get("COLLECTIVES_CHECK", environ),
+        timeout=get("COLLECTIVES_TIMEOUT", environ),
+        timeout_mode=get("COLLECTIVES_TIMEOUT_MODE", environ),
+        algorithms={c: get(f"COLLECTIVES_{c.upper()}", environ) for c in COLLECTIVES},
+        tuning=get("COLLECTIVES_TUNING", environ),
+        explain=get("COLLECTIVES_EXPLAIN", environ),
+        node=get("COLLECTIVES_NODE", environ),
+    )
+
+
+__all__ = ["COLLECTIVES", "Settings", "VARIABLES", "Variable", "get", "is_set", "snapshot"]
