@@ -243,7 +243,7 @@ bench-stragglers: build
 	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m bench.dataservers
 
 clean:
-	rm -rf build collectives/*.so collectives/_kernels.c collectives/_engine.c collectives/_compress.c
+	rm -rf build collectives/*.so collectives/_*.c
 
 # Pipeline bubble against (p-1)/(m+p-1) for GPipe and 1F1B, then seconds per epoch of data, tensor,
 # hybrid and pipeline layouts of the same MLP, at np=4 (bench/pipeline.py).

@@ -58,6 +58,9 @@ EXTENSIONS = [
     extension("collectives._kernels", ["collectives/_kernels.pyx", "csrc/reduce.c"]),
     extension("collectives._compress", ["collectives/_compress.pyx", "csrc/quantize.c",
                                         "csrc/sparsify.c"]),
+    extension("collectives._requests", ["collectives/_requests.pyx"], mpi=True),
+    extension("collectives._exchange", ["collectives/_exchange.pyx", "csrc/reduce.c"], mpi=True),
+    extension("collectives._executor", ["collectives/_executor.pyx", "csrc/reduce.c"], mpi=True),
     extension("collectives._engine", ["collectives/_engine.pyx", "csrc/reduce.c"], mpi=True),
 ]
 

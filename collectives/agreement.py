@@ -60,7 +60,7 @@ then costs about the latency of the first step, not a round trip more.  It stays
   to the output first gets the copy as a row after the leading ones (whose sends read the
   input instead), so on a mismatch the input, in place or not, is untouched.  An output
   buffer apart from the input may hold part of a peer's data after the ValueError.
-* A mismatch leaves no request and no message behind (``_engine.settle``, run by every rank
+* A mismatch leaves no request and no message behind (``_exchange.settle``, run by every rank
   whose exchange disagreed, which is every rank of the call, whatever path it took).  The
   leading sends are synchronous, so a completed one has been matched.  Each rank cancels its
   unmatched leading receives (if any), then receives and discards every message on the
@@ -100,11 +100,11 @@ from .registry import ALGORITHMS, choices
 from .watchdog import StallError, call_number, stalled
 
 try:
-    from ._engine import exchange as _native_exchange
+    from ._exchange import exchange as _native_exchange
 except ImportError:
     _native_exchange = None
 
-# Collective indices, as in collectives._engine, which runs the same agreement in C; then the
+# Collective indices, as in collectives._engine (the fast path), which runs the same agreement in C; then the
 # compressed all-reduce (collectives.compression), whose fields name its compressor, and the
 # exchange in which Reduce_scatter without counts learns every rank's count (jobs.reduce_scatter):
 # neither has an algorithm table, so their algorithm index is always 0.

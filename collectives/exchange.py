@@ -44,7 +44,7 @@ the call outlives it.
 Each trade (a send and a receive, posted together and polled) is watched like a schedule's
 step under the stall watchdog (``collectives.watchdog``): a trade that makes no progress for
 the limit gives up its requests and raises StallError naming the round and the partner.
-``exchange`` here is the pure-Python twin of ``collectives._engine.exchange``
+``exchange`` here is the pure-Python twin of ``collectives._exchange.exchange``
 (COLLECTIVES_PUREPYTHON=1): the same messages, so ranks running either meet.
 """
 import math

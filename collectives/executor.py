@@ -3,7 +3,7 @@
 A job is a function of no arguments that runs one collective to completion; the builders in
 ``collectives.jobs`` make them.  ``run`` executes a job at once, or behind the nonblocking
 ones still pending on the progress thread; ``start`` hands it to that thread and returns a
-Request.  ``execute`` runs a planned schedule in the Cython executor (``_engine.execute``,
+Request.  ``execute`` runs a planned schedule in the Cython executor (``_executor.execute``,
 without the GIL) or, under COLLECTIVES_PUREPYTHON=1 or without the extension, in
 ``schedule.run_python``; a native failure marks the Comm unusable.  ``plan_fast`` is what
 the fast path (``_engine.Fast``) calls to plan a call shape it has not cached.
@@ -27,7 +27,7 @@ from .schedule import ACC, COPY, IN, IRECV, ISEND, NONE, OUT, REDUCE, SENDRECV, 
 from .watchdog import StallError, call_number, stalled
 
 try:
-    from ._engine import ScheduleError, execute as _native_execute
+    from ._executor import ScheduleError, execute as _native_execute
 except ImportError:
     _native_execute = None
 

@@ -2,7 +2,7 @@
 
 An algorithm module never talks to MPI.  It appends steps to a ``Schedule`` for one rank,
 communicator size, element count and root; the result is cached and run by an executor:
-the native one (collectives._engine, Cython on mpi4py's C API, no Python between steps)
+the native one (collectives._executor, Cython on mpi4py's C API, no Python between steps)
 or ``run_python`` below (mpi4py calls and NumPy), selected with COLLECTIVES_PUREPYTHON.
 
 Buffers are named, never addressed: ACC is the buffer that ends up holding the result

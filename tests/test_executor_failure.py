@@ -17,7 +17,7 @@ from collectives.schedule import ACC, Schedule
 
 pytestmark = pytest.mark.skipif(not executor.NATIVE, reason="the native executor's behaviour")
 
-ScheduleError = pytest.importorskip("collectives._engine").ScheduleError
+ScheduleError = pytest.importorskip("collectives._executor").ScheduleError
 TAG = 7
 INT64 = dtype_code(np.int64)
 
@@ -54,7 +54,7 @@ def receive_within(comm, buf, source, seconds=20.0):
 
 def test_failed_step_cancels_started_receives(raw):
     """The cancelled receive must neither take a later message nor write its buffer."""
-    from collectives._engine import execute
+    from collectives._executor import execute
 
     p, r = raw.size, raw.rank
     steps = bad_peer_schedule(r, p)
@@ -77,7 +77,7 @@ def test_failed_step_cancels_started_receives(raw):
 
 
 def test_truncating_receive_raises(raw):
-    from collectives._engine import execute
+    from collectives._executor import execute
 
     p, r = raw.size, raw.rank
     if p == 1 and transport._SILENT_SELF_TRUNCATION:

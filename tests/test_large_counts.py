@@ -107,7 +107,7 @@ def test_executors_refuse_over_int_max():
     acc, tmp, code = np.zeros(8, np.uint8), np.zeros(8, np.uint8), dtype_code(np.uint8)
     with pytest.raises(ValueError, match="4294967301 elements in one message"):
         schedule.run_python(MPI.COMM_SELF, rows, [acc, tmp, None], code, 0, 1)
-    engine = pytest.importorskip("collectives._engine")
+    engine = pytest.importorskip("collectives._executor")
     with pytest.raises(MPI.Exception) as err:
         engine.execute(MPI.COMM_SELF, rows, acc, tmp, None, code, 0, 1, 2)
     assert err.value.Get_error_class() == MPI.ERR_COUNT

@@ -71,7 +71,7 @@ def test_a_stalled_step_names_the_peer(mpi_comm, blocking, executor_kind):
     if executor_kind == "native":
         if not executor.NATIVE:
             pytest.skip("the native executor is not in use")
-        from collectives._engine import execute
+        from collectives._executor import execute
 
         run = lambda: execute(raw, s.finish(), acc, None, None, INT64, 0, TAG, s.nreq, "test",  # noqa: E731
                               LIMIT)
