@@ -61,7 +61,8 @@ EXTENSIONS = [
     extension("collectives._requests", ["collectives/_requests.pyx"], mpi=True),
     extension("collectives._exchange", ["collectives/_exchange.pyx", "csrc/reduce.c"], mpi=True),
     extension("collectives._executor", ["collectives/_executor.pyx", "csrc/reduce.c"], mpi=True),
-    extension("collectives._engine", ["collectives/_engine.pyx", "csrc/reduce.c"], mpi=True),
+    extension("collectives._buffers", ["collectives/_buffers.pyx", "csrc/reduce.c"], mpi=True),
+    extension("collectives._dispatch", ["collectives/_dispatch.pyx", "csrc/reduce.c"], mpi=True),
 ]
 
 setup(

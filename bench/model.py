@@ -606,7 +606,7 @@ def _call(phase, size, itemsize):
     of ``phase`` (collectives.node.Phase) plans on a communicator of ``size`` ranks, check off:
     the choice and arguments collectives.jobs and the fast path give; Bcast and Allgatherv move
     bytes."""
-    from collectives.executor import plan_args
+    from collectives.plans import plan_args
 
     blocked = isinstance(phase.counts, tuple)
     total = sum(phase.counts) if blocked else phase.counts
@@ -631,7 +631,7 @@ def allreduce_rounds(name, nodes, k, count, itemsize=4):
     """{rank: rounds} of all-reducing ``count`` elements with algorithm ``name`` (full name) on
     ``nodes`` nodes of ``k`` ranks (rank = node x k + local index), out of place; a node-aware
     algorithm by the phases its module describes (``phases``), which its run reads too."""
-    from collectives.executor import plan_args
+    from collectives.plans import plan_args
     from collectives.registry import NODE_ALGORITHMS, select
 
     p, nbytes = nodes * k, count * itemsize

@@ -11,8 +11,8 @@ communicator's size.  A field a rank cannot know (a Gatherv count away from the 
 sent as the neutral value, which leaves the others' range unchanged.
 
 How it travels: the checked exchange (``collectives.exchange``).  Every checked collective,
-whatever its collective, algorithm, root or path (the Cython fast path ``_engine.Fast``, the
-Python jobs, the pure-Python twin), starts with the same exchange on the same tag: recursive
+whatever its collective, algorithm, root or call form (the dispatcher ``_dispatch.Engine``
+with the exchange in C or its NumPy twin), starts with the same exchange on the same tag: recursive
 doubling over the ranks in which each message is the sender's folded vector plus an
 optional payload, and each receive folds the incoming vector into the receiver's.  After
 it every rank holds the fold over all ranks, because recursive doubling is an all-reduce:
@@ -35,7 +35,7 @@ on a copy and write the caller's buffers only once the fingerprints agree, so a 
 leaves them untouched.  Above it the exchange runs with headers only, before the schedule
 or overlapped with its first step (below).
 
-Overlap (the Cython fast path of the all-reduce above ``FUSED_BYTES``; ``executor.leading``
+Overlap (the Cython fast path of the all-reduce above ``FUSED_BYTES``; ``plans.leading``
 says which plans).  The schedule's first step (its leading receives and sends, a first
 send-receive row split into them) starts before the exchange, then the exchange runs while
 that data moves, and the rest of the schedule runs only once the fold has agreed: the check
@@ -45,7 +45,7 @@ then costs about the latency of the first step, not a round trip more.  It stays
   truncated (an error, which ``settle`` absorbs); a short one or a truncation only matters
   if the fold agreed, and it cannot then, since the counts, dtype and algorithm are in it.
   That is safe only where MPI keeps a truncated message within the receive buffer, which
-  MPICH does: there (``executor.EARLY_RECEIVES``) the leading receives start before the
+  MPICH does: there (``plans.EARLY_RECEIVES``) the leading receives start before the
   exchange.  Open MPI 5.0.11's ob1 writes a truncated rendezvous message past the buffer's
   end (the evidence is at EARLY_RECEIVES; before this rule it corrupted the heap behind the
   scratch buffer and the next call aborted), so under Open MPI, and any MPI not known to be
@@ -70,105 +70,58 @@ then costs about the latency of the first step, not a round trip more.  It stays
   second barrier, passed without receiving, keeps a rank that left the first from starting
   its next call (whose messages a slower rank, still draining, would otherwise take).
 
-The Python jobs and the pure-Python executor keep the sequential order (no overlap: their
+The NumPy twins (COLLECTIVES_PUREPYTHON=1) keep the sequential order (no overlap: their
 per-call cost is not where the check matters); they settle the same way on a mismatch
-(``exchange.settle``), so ranks on any path meet.  Measured with ``bench.default_path``
-(64 KiB, default / ``check=False``, shared machine): 0.88-0.94 -> 0.96-0.97 at np=2,
-0.86-0.90 -> 0.93-0.95 at np=4; the synchronous sends cost about 1% of that.
+(``exchange.settle``), so ranks on either side meet.  What the overlap saves is in
+docs/results/.
 
 What stays out.  ``check=False`` (COLLECTIVES_CHECK=0) skips the exchange altogether (a
 forced fused algorithm still runs it: it is that algorithm).  The exchange checks the
 arguments that every rank must share, not the data: it cannot tell a wrong buffer of the
-right size.  The nonblocking forms run the same jobs, so they use the same exchange.
+right size.  The nonblocking forms run the same calls, so they use the same exchange.
 
 Under the stall watchdog (``comm.timeout``; every rank of a communicator sets the same limit)
 each trade of the exchange is watched like a schedule's step: a rank that never arrives is
 named by the ranks that trade with it, and each other rank names the partner it waits for.
 
 A rank with bad arguments.  Its own ValueError or TypeError is kept; it still takes part in
-the agreement with the error flag set (the ``agreed`` decorator), so the others learn that
+the agreement with the error flag set (``_dispatch.Engine.refuse``), so the others learn that
 something was wrong and raise "invalid arguments on another rank" instead of waiting for it
 in the schedule, while it raises its own, detailed error.
 """
 import contextlib
-import functools
 
-import numpy as np
-
-from . import exchange, kernels
 from .registry import ALGORITHMS, choices
-from .watchdog import StallError, call_number, stalled
 
-try:
-    from ._exchange import exchange as _native_exchange
-except ImportError:
-    _native_exchange = None
-
-# Collective indices, as in collectives._engine (the fast path), which runs the same agreement in C; then the
+# Collective indices, as in collectives._dispatch, which runs the agreement; then the
 # compressed all-reduce (collectives.compression), whose fields name its compressor, and the
-# exchange in which Reduce_scatter without counts learns every rank's count (jobs.reduce_scatter):
-# neither has an algorithm table, so their algorithm index is always 0.
+# exchange in which Reduce_scatter without counts learns every rank's count: neither has an
+# algorithm table, so their algorithm index is always 0.
 COMPRESSED = "compressed allreduce"
 COUNTS = "reduce_scatter counts"
 COLLECTIVE_INDEX = {name: i for i, name in enumerate([*ALGORITHMS, COMPRESSED, COUNTS])}
-# The exchange in C, or its pure-Python twin (the same messages) under COLLECTIVES_PUREPYTHON=1.
-_exchange = exchange.exchange if kernels.PUREPYTHON or _native_exchange is None else _native_exchange
-
-
-# The field that the first Allreduce on a Comm adds to its agreement: the ranks find the nodes
-# next (collectives.node), which an Iallreduce, always flat, does not.
-FINDS_NODES = "finds_nodes"
-FINDS_NODES_DIFFER = (f"{FINDS_NODES} ranges 0..1 (a Comm's first Allreduce finds the nodes, an "
-                      "Iallreduce does not: make the first all-reduce on a Comm the same call on every rank)")
 
 
 class Disagreement(ValueError):
-    """The agreement's error, raised on every rank of the call: ``agreed`` passes it on as it is."""
+    """The agreement's error, raised on every rank of the call."""
 
 
-def agree(comm, collective, algo, error=False, payload=None, **fields):
+def agree(comm, collective, algo, error=False, **fields):
     """Raise the same ValueError on every rank of ``comm`` unless all passed equal ``fields``;
     return the agreed value of each field (a field that only one rank knows: that rank's).
 
     ``comm`` is a collectives.Comm.  A field may be None on ranks that cannot know it.
-    ``algo`` is an Algorithm, ``"native"`` for a call delegated to MPI, or None with
-    ``error`` (this rank's own arguments were invalid; it raises its own error afterwards).
-    ``payload`` is a fused collective's (kind, data, block, dtype, op, has) as
-    ``exchange.exchange`` takes them: ``data`` then holds the result once this returns.
+    ``algo`` is an Algorithm or its name, ``"native"`` for a call delegated to MPI, or None
+    with ``error`` (this rank's own arguments were invalid; it raises its own error afterwards).
     """
-    width = 4 + comm.size
-    if len(fields) > width:
-        raise RuntimeError(f"{collective}: {len(fields)} fields to agree on, room for {width}")
-    unknown = 1 << 62
-    head = [int(error), COLLECTIVE_INDEX[collective],
-            0 if algo is None else choices(collective).index(getattr(algo, "name", algo))]
-    values = list(fields.values()) + [0] * (width - len(fields))
-    hi = head + [-unknown if v is None else int(v) for v in values]
-    lo = head[1:] + [unknown if v is None else int(v) for v in values]
-    both = np.array(hi + [-v for v in lo], dtype=np.int64)
-    kind, *rest = payload or (exchange.HEADER,)
-    try:
-        # The stall label's parts: the exchange joins them only when it reports a stall.
-        _exchange(comm._coll, both, kind, *rest, timeout=comm.timeout, collective=collective,
-                  algorithm=algo.name if payload else "argument check")
-    except StallError as exc:
-        stalled(comm, exc, call_number(comm, False))
-        raise
-    hi, lo = both[1:len(hi)], -both[len(hi):]
-    if both[0]:
-        if error:
-            return
-        raise Disagreement(f"{collective}: invalid arguments on another rank (it raised the details)")
-    # The whole vector, not only this rank's fields: another rank's call may carry one more.
-    if (lo != hi).any():
-        raise Disagreement(disagreement(collective, ["collective", "algorithm"] + list(fields), lo, hi))
-    return hi[2:2 + len(fields)].tolist()
+    name = None if algo is None else getattr(algo, "name", algo)
+    return comm._engine.agree_fields(collective, name, tuple(fields), list(fields.values()), error)
 
 
 def disagreement(collective, keys, lo, hi):
     """What the argument agreement reports when the ranks' vectors differ: ``lo`` and ``hi``
     are, per key, the least and greatest value over the ranks (the first two keys are the
-    collective and the algorithm).  Shared by ``agree`` and the fast path's agreement."""
+    collective and the algorithm)."""
     if lo[0] != hi[0]:
         # Each rank knows only its own collective: name the range, the same on every rank.
         called = list(COLLECTIVE_INDEX)
@@ -184,10 +137,6 @@ def disagreement(collective, keys, lo, hi):
         native = ("; 'native' is MPI's own call, taken for arguments no algorithm covers"
                   if known[hi[1]] == "native" else "")
         bad[0] += f" ({known[lo[1]]}..{known[hi[1]]}{native})"
-    # Only the agreement of a Comm's first Allreduce carries FINDS_NODES: a rank in a flat
-    # all-reduce sees no field it names differ.  Every rank names it alone, and only when
-    # nothing else differs, so that the message is the same on every rank.
-    bad = [b for b in bad if not b.startswith(FINDS_NODES)] or [FINDS_NODES_DIFFER]
     return f"{collective}: arguments differ across ranks: " + ", ".join(bad)
 
 
@@ -195,41 +144,14 @@ def disagreement(collective, keys, lo, hi):
 def joined(comm, collective):
     """Around a call's own checks before it runs ``collective`` on the collectives.Comm
     ``comm``: a ValueError or TypeError raised on this rank alone first takes part in the
-    other ranks' agreement (behind the Comm's pending nonblocking calls), as ``agreed`` does
-    for the Comm's methods, so they raise too instead of waiting."""
+    other ranks' agreement (behind the Comm's pending nonblocking calls), as the Comm's
+    collectives do, so they raise too instead of waiting."""
     try:
         yield
     except (ValueError, TypeError):
         if comm.check and comm.size > 1:
-            from .executor import run  # executor imports this module
-
-            run(comm, lambda: agree(comm, collective, None, error=True))
+            comm._engine.run(lambda: agree(comm, collective, None, error=True))
         raise
 
 
-def agreed(collective):
-    """Decorate a job builder ``builder(comm, ...)`` so that, with ``comm.check``, a rank whose
-    arguments are invalid still takes part in the agreement before raising: the others raise
-    too instead of waiting for it.  A builder may agree itself (Reduce_scatter learning the
-    counts): a Disagreement it raises has been raised on every rank already."""
-    def decorate(builder):
-        @functools.wraps(builder)
-        def wrapper(comm, *args, **kwargs):
-            try:
-                return builder(comm, *args, **kwargs)
-            except Disagreement:
-                raise
-            except (ValueError, TypeError) as exc:
-                if not comm.check or comm.size == 1:
-                    raise
-                error = exc
-
-            def job():
-                agree(comm, collective, None, error=True)
-                raise error
-            return job
-        return wrapper
-    return decorate
-
-
-__all__ = ["COLLECTIVE_INDEX", "COMPRESSED", "COUNTS", "Disagreement", "agree", "agreed", "disagreement", "joined"]
+__all__ = ["COLLECTIVE_INDEX", "COMPRESSED", "COUNTS", "Disagreement", "agree", "disagreement", "joined"]

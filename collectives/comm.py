@@ -3,57 +3,33 @@
 Method names and signatures are mpi4py's (``Allreduce(sendbuf, recvbuf, op=MPI.SUM)``,
 ``Bcast(buf, root=0)``, ...), each with an optional ``algorithm=`` keyword.  Anything not
 implemented here is looked up on the wrapped communicator, so an existing mpi4py program
-switches over by wrapping its communicator and nothing else.  This module is the method
-table; the work is done by:
+switches over by wrapping its communicator and nothing else.
 
-* ``collectives.jobs``: per collective, argument normalisation and checks on the calling
-  rank (ValueError / TypeError naming the problem) and the *job* that runs the schedule;
-  blocking methods run it at once, ``I...`` methods hand it to the progress thread and
-  return a Request;
-* ``collectives.agreement``: with ``check=True`` (the default; COLLECTIVES_CHECK=0 turns it
-  off) a job first agrees with the other ranks on counts, dtype, op, root and algorithm, so
-  a mismatch raises the same error on every rank instead of hanging or truncating;
-* ``collectives.executor``: algorithm choice, scratch buffers, the Cython or Python
-  executor, queueing behind pending nonblocking collectives, and delegation to MPI's own
-  call of what our algorithms do not cover (long double, MAXLOC/MINLOC and user-defined
-  ops, derived datatypes, DLPack and ``__cuda_array_interface__`` buffers; see
-  ``buffers.Native``).  A delegated call runs on the private duplicate, so it keeps its
-  place in the order of this communicator's collectives, and sets ``last_algorithm`` to
-  ``"native"`` with the reason logged (logger "collectives", INFO).  The decision rests on
-  the kinds of the arguments only, which all ranks share; with ``check`` the agreement
-  includes it, so a rank that delegates while another does not raises instead of hanging;
-* ``collectives.vectors``: the block layouts of the v-variants;
-* ``collectives.derived``: ``Dup``, ``Split``, ``Split_type``, ``Create``,
-  ``Create_group``, ``Clone`` and ``Create_cart`` return a ``Comm`` with this one's
-  algorithm choices and check setting (COMM_NULL stays COMM_NULL); it owns the new
-  communicator and frees it in ``Free``.  After ``Create_cart``, ``comm`` is the
-  ``Cartcomm`` and topology methods (``Get_coords``, ``Shift``, ...) reach it through
-  attribute forwarding;
-* ``collectives.transport``: ``Push``, ``Receive``, ``Pull`` and ``Serve`` on the private
-  duplicate.
+This module is the method table and holds no logic of a collective: each method hands its
+arguments to the Comm's ``collectives._dispatch.Engine``, which describes the call (the same
+description for every call form: blocking, nonblocking, functional), selects and plans it
+(``collectives.plans``), agrees on it across ranks when ``check`` is on and runs it; a call
+no algorithm covers runs MPI's own collective on the private duplicate, where it keeps its
+place in the order of this communicator's collectives.  ``I...`` methods queue the same
+call on a progress thread and return a Request.  A schedule that fails part-way leaves no
+request open and marks the Comm unusable: later calls raise RuntimeError naming the
+collective, step and rank of that failure.
 
-Every method first tries the fast path (``collectives._engine.Fast``): plain buffers and
-buffer specs (v-variants' ``[buf, (counts, displs), datatype]`` too) resolved in Cython, a
-cached plan, the same agreement in C, one ``nogil`` run; whatever it does not handle falls
-through to the jobs.  A nonblocking method queues a ``_engine.Queued`` on the progress
-thread, which there runs the fast path, or the job when the fast path declines.  A schedule that fails part-way
-leaves no request open and marks the Comm unusable: later calls raise RuntimeError naming
-the collective, step and rank of that failure.
+The Comm finds its nodes when it is made (``collectives.node``): across nodes of several
+ranks, the all-reduce's node-aware algorithms are rows of the same selection.
 """
-import functools
-
 from mpi4py import MPI
 
-from . import config, jobs, node, transport, watchdog
+from . import config, node, plans, transport, watchdog
 from .derived import derived
-from .executor import NATIVE, TAG, explain, plan_fast, run, start
-from .ops import OP_NAMES
+from .executor import NATIVE, TAG
 from .registry import ALGORITHMS, resolve_name
 
 try:
-    from ._engine import Fast, Queued
-except ImportError:
-    Fast = Queued = None
+    from ._dispatch import Engine
+except ImportError as exc:  # pragma: no cover - an install without its extensions
+    raise ImportError(f"collectives: the native extensions are not built ({exc}); run 'make build' "
+                      "or 'pip install .'") from exc
 
 
 class Comm:
@@ -81,49 +57,44 @@ class Comm:
     def __init__(self, comm=None, *, algorithms=None, check=None, timeout=None, on_timeout=None, _nodes=None,
                  _env=None):
         self.comm = MPI.COMM_WORLD if comm is None else comm
-        # What the environment says (collectives.config), read once: calls never read it.
-        self._env = config.snapshot() if _env is None else _env
         if isinstance(self.comm, Comm):
             self.comm = self.comm.comm
         if self.comm.Is_inter():
             raise TypeError("collectives.Comm wraps intracommunicators only")
-        self._coll = self.comm.Dup()
-        # Our errors become Python exceptions whatever handler the user's communicator has.
-        self._coll.Set_errhandler(MPI.ERRORS_RETURN)
-        self.rank = self._coll.Get_rank()
-        self.size = self._coll.Get_size()
+        # What the environment says (collectives.config), read once: calls never read it.
+        self._env = config.snapshot() if _env is None else _env
         self.algorithms = {}
         for collective, name in (algorithms or {}).items():
             if collective not in ALGORITHMS:
                 raise ValueError(f"unknown collective {collective!r}; one of {', '.join(ALGORITHMS)}")
             if resolve_name(collective, name) != "auto":
                 self.algorithms[collective] = resolve_name(collective, name)
-        self.last_algorithm = None
-        self.check = bool(self._env.check if check is None else check)
-        self.timeout, self.on_timeout = watchdog.settings(timeout, on_timeout, self._env)
-        self._jobs = 0  # collectives run as jobs (the fast path counts its own): call numbers
+        check = bool(self._env.check if check is None else check)
+        timeout, on_timeout = watchdog.settings(timeout, on_timeout, self._env)
+        self._coll = self.comm.Dup()
+        # Our errors become Python exceptions whatever handler the user's communicator has.
+        self._coll.Set_errhandler(MPI.ERRORS_RETURN)
+        self.rank = self._coll.Get_rank()
+        self.size = self._coll.Get_size()
         self._scratch = {}  # executor.buffer's reused buffers, by purpose
-        self._progress = None  # the thread running nonblocking collectives, once one starts
         self._owned = False  # whether Free also frees ``comm`` (made by Dup, Split, ...)
-        # collectives.node.Nodes, built by the first node-aware all-reduce unless the caller knows
-        # them (node.FLAT for the sub-communicators node.Nodes makes, which span one level each)
-        self._nodes = _nodes
-        # Set to the first failure's description when a schedule fails mid-way.
-        self._broken = None
-        # The fast path reads and sets _broken, _progress, check and last_algorithm here; it
-        # caches choices per call shape, so COLLECTIVES_EXPLAIN (a line per call) goes without.
-        self._fast = (Fast(self._coll, self, functools.partial(plan_fast, self),
-                           [TAG[c] for c in ALGORITHMS], list(ALGORITHMS))
-                      if NATIVE and not self._env.explain else None)
-        if self.timeout:
-            if self._fast is not None:
-                self._fast.watch(self.timeout)
-            # Finding the nodes takes MPI's own collectives (Split_type), which no watchdog can
-            # give up on; the constructor is collective anyway, so the first all-reduce is not.
-            if self._nodes is None:
-                self._nodes = node.discover(self)
+        self._timeout, self._on_timeout = timeout, on_timeout
+        nodes = node.discover(self._coll, self._env.node, self._child) if _nodes is None else _nodes
+        self._engine = Engine(self._coll, self._env, check, timeout, on_timeout, self.algorithms, nodes,
+                              plans.make, [TAG[c] for c in ALGORITHMS], not NATIVE)
 
-    _stalled = watchdog.stalled
+    def _child(self, made):
+        """A Comm over ``made`` (split from this one by node.discover) that owns it and never
+        looks for nodes itself.
+
+        Unchecked: only the node-aware all-reduces call it, after this Comm's agreement on
+        the algorithm, count, dtype and op, from which every phase's arguments follow on every
+        rank (a check per phase would add a round trip per phase, one of them between nodes)."""
+        sub = Comm(made, algorithms={k: v for k, v in self.algorithms.items() if k != "allreduce"},
+                   check=False, timeout=self._timeout, on_timeout=self._on_timeout, _nodes=node.FLAT,
+                   _env=self._env)
+        made.Free()
+        return sub
 
     def __getattr__(self, name):
         if name.startswith("_") or name == "comm":
@@ -139,23 +110,59 @@ class Comm:
     def __exit__(self, *exc):
         self.Free()
 
+    # ---- the engine's state, as the Comm's attributes --------------------------------------
+
+    @property
+    def check(self):
+        """Whether collectives agree across ranks on their arguments first."""
+        return self._engine.check
+
+    @check.setter
+    def check(self, value):
+        self._engine.check = bool(value)
+
+    @property
+    def timeout(self):
+        """The stall watchdog's limit in seconds (0: off)."""
+        return self._timeout
+
+    @property
+    def on_timeout(self):
+        """What a stall does: "raise" or "abort"."""
+        return self._on_timeout
+
+    @property
+    def last_algorithm(self):
+        """The algorithm of this rank's latest collective call ("native": MPI's own)."""
+        return self._engine.last_algorithm
+
+    @property
+    def _nodes(self):
+        return self._engine.nodes
+
+    @property
+    def _broken(self):
+        return self._engine.broken
+
+    @property
+    def _progress(self):
+        return self._engine.progress
+
     def Free(self):
         """Release the private communicator and stop the progress thread (not the wrapped one)."""
-        if self._progress is not None:
-            self._progress.close()
-            self._progress = None
+        engine = self._engine
+        engine.close()
         if self._coll != MPI.COMM_NULL:
             self._coll.Free()
-        # The fast path and the scratch buffers refer back to this Comm: drop them now rather
-        # than when the garbage collector breaks the cycle, so their memory goes with Free.
-        self._fast = None
         self._scratch = {}
-        if self._nodes is not None:
-            self._nodes.free()
+        engine.nodes.free()
         if self._owned and self.comm != MPI.COMM_NULL:
             self.comm.Free()
 
-    explain = explain
+    def explain(self, collective, count=0, dtype="float32", algorithm=None):
+        """Why ``collective`` over ``count`` elements of ``dtype`` would run the algorithm it
+        would, as "<algorithm>: <reason>" (the request, table row, restriction or fallback)."""
+        return plans.explain(self._engine, collective, count, dtype, algorithm)
 
     def Get_rank(self):
         """Rank of this process."""
@@ -175,136 +182,87 @@ class Comm:
     Create_group = derived("Create_group")
     Create_cart = derived("Create_cart")
 
-    # ---- collectives: the fast path first, else a job (collectives.jobs) ------------------
-
-    def _start(self, method, builder, args, extra=()):
-        """Queue a nonblocking call: ``Fast.<method>(*args)`` on the progress thread, else the
-        job ``builder(self, *args, *extra)`` (built here when ``method`` is None); its Request."""
-        if self._fast is None or method is None:
-            return start(self, builder(self, *args, *extra))
-        return start(self, Queued(self._fast, method, args, builder, extra))
-
-    def _general(self, method, builder, args, extra=()):
-        """Run a blocking call the fast path declined: behind pending nonblocking calls, where
-        ``Fast.<method>`` gets its turn (declining only because it had to wait), else now."""
-        if method is not None and self._progress is not None and self._progress.busy():
-            self._start(method, builder, args, extra).wait()
-        else:
-            run(self, builder(self, *args, *extra))
+    # ---- collectives (collectives._dispatch) ----------------------------------------------
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op`` into ``recvbuf`` of every rank."""
-        if (self._nodes is None or self._nodes.multi) and node.allreduce(self, sendbuf, recvbuf, op, algorithm):
-            return
-        if self._fast is not None and self._fast.allreduce(sendbuf, recvbuf, op, algorithm):
-            return
-        self._general("allreduce", jobs.allreduce, (sendbuf, recvbuf, op, algorithm))
+        self._engine.allreduce(sendbuf, recvbuf, op, algorithm)
 
     def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
         """Nonblocking Allreduce; returns a Request."""
-        return self._start("allreduce", jobs.allreduce, (sendbuf, recvbuf, op, algorithm))
+        return self._engine.start("allreduce", (sendbuf, recvbuf, op, algorithm))
 
     def Bcast(self, buf, root=0, algorithm=None):
         """Broadcast ``buf`` of rank ``root`` into ``buf`` of every rank."""
-        if self._fast is not None and self._fast.bcast(buf, root, algorithm):
-            return
-        self._general("bcast", jobs.bcast, (buf, root, algorithm))
+        self._engine.bcast(buf, root, algorithm)
 
     def Ibcast(self, buf, root=0, algorithm=None):
         """Nonblocking Bcast; returns a Request."""
-        return self._start("bcast", jobs.bcast, (buf, root, algorithm))
+        return self._engine.start("bcast", (buf, root, algorithm))
 
     def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, root=0, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op`` into ``recvbuf`` of rank ``root``."""
-        if self._fast is not None and self._fast.reduce(sendbuf, recvbuf, op, root, algorithm):
-            return
-        self._general("reduce", jobs.reduce, (sendbuf, recvbuf, op, root, algorithm))
+        self._engine.reduce(sendbuf, recvbuf, op, root, algorithm)
 
     def Ireduce(self, sendbuf, recvbuf, op=MPI.SUM, root=0, algorithm=None):
         """Nonblocking Reduce; returns a Request."""
-        return self._start("reduce", jobs.reduce, (sendbuf, recvbuf, op, root, algorithm))
+        return self._engine.start("reduce", (sendbuf, recvbuf, op, root, algorithm))
 
     def Allgather(self, sendbuf, recvbuf, algorithm=None):
         """Gather ``sendbuf`` of every rank, in rank order, into ``recvbuf`` of every rank."""
-        if self._fast is not None and self._fast.allgather(sendbuf, recvbuf, algorithm):
-            return
-        self._general("allgather", jobs.allgather, (sendbuf, recvbuf, algorithm), (False,))
+        self._engine.allgather(sendbuf, recvbuf, algorithm)
 
     def Iallgather(self, sendbuf, recvbuf, algorithm=None):
         """Nonblocking Allgather; returns a Request."""
-        return self._start("allgather", jobs.allgather, (sendbuf, recvbuf, algorithm), (False,))
+        return self._engine.start("allgather", (sendbuf, recvbuf, algorithm))
 
     def Allgatherv(self, sendbuf, recvbuf, algorithm=None):
         """Allgather with per-rank counts: ``recvbuf`` is [buf, (counts, displs), datatype]."""
-        if self._fast is not None and self._fast.allgatherv(sendbuf, recvbuf, algorithm):
-            return
-        self._general("allgatherv", jobs.allgather, (sendbuf, recvbuf, algorithm), (True,))
+        self._engine.allgatherv(sendbuf, recvbuf, algorithm)
 
     def Iallgatherv(self, sendbuf, recvbuf, algorithm=None):
         """Nonblocking Allgatherv; returns a Request."""
-        return self._start("allgatherv", jobs.allgather, (sendbuf, recvbuf, algorithm), (True,))
+        return self._engine.start("allgatherv", (sendbuf, recvbuf, algorithm))
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op``; rank i receives block i."""
-        if self._fast is not None and self._fast.reduce_scatter(sendbuf, recvbuf, None, op, algorithm):
-            return
-        self._general("reduce_scatter", jobs.reduce_scatter, (sendbuf, recvbuf, None, op, algorithm),
-                      ("Reduce_scatter_block",))
+        self._engine.reduce_scatter(sendbuf, recvbuf, None, op, algorithm, "Reduce_scatter_block")
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op``; rank i receives ``recvcounts[i]`` elements."""
-        if (self._fast is not None and recvcounts is not None
-                and self._fast.reduce_scatter(sendbuf, recvbuf, recvcounts, op, algorithm)):
-            return
-        # Without counts the job gathers them first, a collective that queues behind pending
-        # ones: it cannot run on the progress thread itself, so its job is built here.
-        self._general(None if recvcounts is None else "reduce_scatter", jobs.reduce_scatter,
-                      (sendbuf, recvbuf, recvcounts, op, algorithm), ("Reduce_scatter",))
+        self._engine.reduce_scatter(sendbuf, recvbuf, recvcounts, op, algorithm, "Reduce_scatter")
 
     def Ireduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
         """Nonblocking Reduce_scatter_block; returns a Request."""
-        return self._start("reduce_scatter", jobs.reduce_scatter, (sendbuf, recvbuf, None, op, algorithm),
-                           ("Reduce_scatter_block",))
+        return self._engine.start("reduce_scatter", (sendbuf, recvbuf, None, op, algorithm, "Reduce_scatter_block"))
 
     def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM, algorithm=None):
         """Nonblocking Reduce_scatter; returns a Request."""
-        # Without counts the job is built here, as for Reduce_scatter.
-        return self._start(None if recvcounts is None else "reduce_scatter", jobs.reduce_scatter,
-                           (sendbuf, recvbuf, recvcounts, op, algorithm), ("Reduce_scatter",))
+        return self._engine.start("reduce_scatter", (sendbuf, recvbuf, recvcounts, op, algorithm, "Reduce_scatter"))
 
     def Gather(self, sendbuf, recvbuf, root=0, algorithm=None):
         """Gather ``sendbuf`` of every rank, in rank order, into ``recvbuf`` of rank ``root``."""
-        if self._fast is not None and self._fast.gather(sendbuf, recvbuf, root, algorithm):
-            return
-        self._general("gather", jobs.gather, (sendbuf, recvbuf, root, algorithm), (False,))
+        self._engine.gather(sendbuf, recvbuf, root, algorithm)
 
     def Gatherv(self, sendbuf, recvbuf, root=0, algorithm=None):
         """Gather with per-rank counts given at the root: [buf, (counts, displs), datatype]."""
-        if self._fast is not None and self._fast.gatherv(sendbuf, recvbuf, root, algorithm):
-            return
-        self._general("gatherv", jobs.gather, (sendbuf, recvbuf, root, algorithm), (True,))
+        self._engine.gatherv(sendbuf, recvbuf, root, algorithm)
 
     def Scatter(self, sendbuf, recvbuf, root=0, algorithm=None):
         """Scatter block i of ``sendbuf`` at rank ``root`` to ``recvbuf`` of rank i."""
-        if self._fast is not None and self._fast.scatter(sendbuf, recvbuf, root, algorithm):
-            return
-        self._general("scatter", jobs.scatter, (sendbuf, recvbuf, root, algorithm), (False,))
+        self._engine.scatter(sendbuf, recvbuf, root, algorithm)
 
     def Scatterv(self, sendbuf, recvbuf, root=0, algorithm=None):
         """Scatter with per-rank counts given at the root: [buf, (counts, displs), datatype]."""
-        if self._fast is not None and self._fast.scatterv(sendbuf, recvbuf, root, algorithm):
-            return
-        self._general("scatterv", jobs.scatter, (sendbuf, recvbuf, root, algorithm), (True,))
+        self._engine.scatterv(sendbuf, recvbuf, root, algorithm)
 
     def Barrier(self, algorithm=None):
         """Block until every rank has entered the barrier."""
-        if self._fast is not None and self._fast.barrier(algorithm):
-            return
-        self._general("barrier", jobs.barrier, (algorithm,))
+        self._engine.barrier(algorithm)
 
     def Ibarrier(self, algorithm=None):
         """Nonblocking Barrier; returns a Request."""
-        return self._start("barrier", jobs.barrier, (algorithm,))
+        return self._engine.start("barrier", (algorithm,))
 
     # ---- point-to-point on the private communicator (collectives.transport) ---------------
 
@@ -358,4 +316,4 @@ def wrap(comm):
     return wrapper
 
 
-__all__ = ["Comm", "NATIVE", "OP_NAMES", "wrap"]
+__all__ = ["Comm", "NATIVE", "wrap"]

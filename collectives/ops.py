@@ -1,12 +1,11 @@
 """Reduction operations and element types: the names users pass and the codes the kernels take.
 
 An ``MPI.Op`` outside the table (MAXLOC, MINLOC, user-defined) and an element type
-MPI reduces but no kernel handles (long double) raise ``buffers.Native``: MPI runs the call.
+MPI reduces but no kernel handles (long double) raise ``Native``: MPI runs the call.
 """
 import numpy as np
 from mpi4py import MPI
 
-from .buffers import Native
 
 # Kernel codes; the order matches enum ck_dtype and enum ck_op in csrc/reduce.h.
 DTYPES = (
@@ -25,6 +24,13 @@ MPI_OP = {
     "land": MPI.LAND, "lor": MPI.LOR, "lxor": MPI.LXOR,
     "band": MPI.BAND, "bor": MPI.BOR, "bxor": MPI.BXOR,
 }
+
+
+
+class Native(Exception):
+    """Raised when MPI itself must run the call (no algorithm here covers its arguments); the
+    message says why."""
+
 
 _INTEGER = frozenset(np.dtype(t) for t in DTYPES[1:9])
 _REAL = _INTEGER | {np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)}

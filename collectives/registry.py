@@ -276,15 +276,25 @@ def decide(collective, requested, size, count, nbytes, uniform=True, source="req
 
 
 def decide_for(collective, per_call, per_comm, per_env, size, count, nbytes, uniform=True, checked=False,
-               spans=False, table=""):
+               spans=False, table=None, nodes=None):
     """(Algorithm, reason) for a call: its ``algorithm=``, else the Comm's, else ``per_env``
     (the Comm's snapshot of COLLECTIVES_<COLLECTIVE>), else ``auto`` (``checked``, ``spans``
-    and ``table`` as for ``decide``)."""
-    for name, source in ((per_call, "per call"), (per_comm, "per Comm"),
-                         (per_env, f"COLLECTIVES_{collective.upper()}")):
+    and ``table`` as for ``decide``).  ``nodes``: the communicator's collectives.node.Nodes
+    when it spans several nodes with several ranks on some node; the node-aware rows
+    (NODE_ALGORITHMS, NODE_AUTO) then come first for a call that moves data."""
+    requested, source = "auto", "requested"
+    for name, where in ((per_call, "per call"), (per_comm, "per Comm"),
+                        (per_env, f"COLLECTIVES_{collective.upper()}")):
         if resolve_name(collective, name) != "auto":
-            return decide(collective, name, size, count, nbytes, uniform, source, checked, spans, table)
-    return decide(collective, "auto", size, count, nbytes, uniform, checked=checked, spans=spans, table=table)
+            requested, source = name, where
+            break
+    if nodes is not None and count and collective in NODE_AUTO and may_be_node_aware(resolve_name(collective, requested)):
+        algo = select_node(collective, requested, nbytes, nodes.uniform)
+        if algo is not None:
+            if resolve_name(collective, requested) == algo.name:
+                return algo, f"{algo.name} ({source})"
+            return algo, f"auto across nodes: registry.NODE_AUTO (bytes {nbytes}, nodes of {nodes.counts} ranks)"
+    return decide(collective, requested, size, count, nbytes, uniform, source, checked, spans, table)
 
 
 def select(collective, requested, size, count, nbytes, uniform=True, checked=False):

@@ -243,12 +243,13 @@ def run_python(comm, steps, bufs, dtype_code, op_code, tag, timeout=0, name="sch
             else:
                 comm.Sendrecv(message(ab, ao, ac), ap, tag, message(bb, bo, bc), bp, tag)
         elif kind == REDUCE:
+            # As in the native executor, a combine's and a copy's length is the row's first count.
             dst = region(ab, ao, ac)
             if (ap, bp) != (ab, ao):
                 dst[:] = region(ap, bp, ac)
-            reduce_into(dst, region(bb, bo, bc), dtype_code, op_code)
+            reduce_into(dst, region(bb, bo, ac), dtype_code, op_code)
         elif kind == COPY:
-            region(ab, ao, ac)[:] = region(bb, bo, bc)
+            region(ab, ao, ac)[:] = region(bb, bo, ac)
         elif kind == ISEND:
             start(False, ab, ao, ac, ap)
         elif kind == IRECV:

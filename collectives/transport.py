@@ -22,7 +22,7 @@ MPI_ERR_ARG; such a buffer raises ValueError here first, naming the reason.
 import numpy as np
 from mpi4py import MPI
 
-from .buffers import parse
+from ._buffers import flat
 from .schedule import INT_MAX
 from .watchdog import StallError, stalled, watched
 
@@ -39,7 +39,7 @@ LARGE_COUNT = MPI.Get_version() >= (4, 0)
 
 
 def _data(buf, writable, name):
-    arr = parse(buf, "buf", writable=writable)[0]
+    arr = flat(buf, "buf", writable=writable)
     if arr.nbytes > INT_MAX and not LARGE_COUNT:
         raise ValueError(f"{name}: a {arr.nbytes}-byte buffer needs MPI-4 large counts; this "
                          f"MPI is {'.'.join(map(str, MPI.Get_version()))}")
@@ -119,7 +119,7 @@ def _watched(comm, requests, peers, what, test):
     try:
         watched(requests, comm.timeout, peers, what, None, comm.rank, test)
     except StallError as exc:
-        stalled(comm, exc)
+        stalled(comm._engine, exc)
         raise
 
 

@@ -84,19 +84,12 @@ class StallError(TimeoutError):
                 f"(COLLECTIVES_TIMEOUT)")
 
 
-def call_number(comm, current):
-    """The number on ``comm`` of the collective running now: fast-path calls plus jobs started,
-    plus one for a fast call (``current``), which counts itself only when it completes."""
-    fast = comm._fast.calls if comm._fast is not None else 0
-    return fast + comm._jobs + int(current)
-
-
-def stalled(comm, exc, call=None):
-    """Record ``exc`` (a StallError of call number ``call``) on the Comm, making it unusable;
-    abort the job in abort mode."""
+def stalled(engine, exc, call=None):
+    """Record ``exc`` (a StallError of call number ``call``) on a Comm's ``engine``, making the
+    Comm unusable; abort the job in abort mode."""
     exc.call = call
-    comm._broken = str(exc)
-    if comm.on_timeout == "abort":
+    engine.broken = str(exc)
+    if engine.on_timeout == "abort":
         from mpi4py import MPI
 
         from .abort import FORWARD_S
@@ -147,5 +140,5 @@ def watched(requests, limit, peers, what, step, rank, test=None):
     raise StallError(what, step, rank, late, waited)
 
 
-__all__ = ["EXIT_STATUS", "StallError", "call_number", "poll",
+__all__ = ["EXIT_STATUS", "StallError", "poll",
            "settings", "stalled", "watched"]

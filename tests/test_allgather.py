@@ -112,10 +112,10 @@ def test_allgatherv(comm, mpi_comm, algorithm, dtype):
 
 @pytest.mark.parametrize("algorithm", collectives.names("allgather"))
 def test_allgather_own_block_copied_late_or_first(comm, mpi_comm, algorithm, monkeypatch):
-    """Either side of executor.LATE_COPY_BYTES, against native: the own block sent from the
+    """Either side of plans.LATE_COPY_BYTES, against native: the own block sent from the
     input and copied into the result late, or copied first; Allgather and
     packed Allgatherv, out of place and in place; the input is never written."""
-    from collectives import executor
+    from collectives import plans
 
     p, r = comm.size, comm.rank
     n = 1000  # 8000 bytes per rank; 8000 (p - 1) received
@@ -123,12 +123,12 @@ def test_allgather_own_block_copied_late_or_first(comm, mpi_comm, algorithm, mon
 
     def late_copy(*args):
         calls.append(args[1:])
-        return executor_late_copy(*args)
+        return real_late_copy(*args)
 
-    executor_late_copy = executor.late_copy
-    monkeypatch.setattr(executor, "late_copy", late_copy)
+    real_late_copy = plans.late_copy
+    monkeypatch.setattr(plans, "late_copy", late_copy)
     for limit in (8000 * (p - 1), 8000 * (p - 1) - 1):
-        monkeypatch.setattr(executor, "LATE_COPY_BYTES", limit)
+        monkeypatch.setattr(plans, "LATE_COPY_BYTES", limit)
         calls.clear()
         c = collectives.Comm(mpi_comm, check=comm.check)  # its own plans, made under this limit
         send = make_data(np.float64, "sum", n, r)
@@ -142,11 +142,10 @@ def test_allgather_own_block_copied_late_or_first(comm, mpi_comm, algorithm, mon
         inplace = np.full(p * n, np.nan)
         inplace[r * n:(r + 1) * n] = send
         c.Allgather(MPI.IN_PLACE, inplace, algorithm=algorithm)
-        fast = c._fast is not None  # the fast path plans; the NumPy fallback's jobs copy first
         c.Free()
         # Planned (for Allgather, then Allgatherv) within the limit the copy moves; one byte
         # over, it stays first.
-        late = fast and p > 1 and limit == 8000 * (p - 1)
+        late = p > 1 and limit == 8000 * (p - 1)
         assert calls == ([(8000 * r, 8000)] * 2 if late else []), (limit, calls)
         what = f"{algorithm} limit={limit} p={p}"
         for name, out in (("Allgather", got), ("Allgatherv", gotv), ("in place", inplace)):
@@ -156,11 +155,11 @@ def test_allgather_own_block_copied_late_or_first(comm, mpi_comm, algorithm, mon
 
 @pytest.mark.serial
 def test_late_copy_moves_the_own_block_copy_as_late_as_the_rows_allow():
-    """executor.late_copy on real schedules, checked row by row: sends of exactly the own
+    """plans.late_copy on real schedules, checked row by row: sends of exactly the own
     block read IN, the copy goes before the first row reading the block otherwise (recursive
     doubling's second step sends it with the partner's) or last (ring: only the first step
     sends it); a rank whose rows receive into its block keeps the schedule as it is."""
-    from collectives.executor import late_copy
+    from collectives.plans import late_copy
     from collectives.registry import plan
     from collectives.schedule import ACC, COPY, IN, NONE, SENDRECV
 

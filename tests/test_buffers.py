@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from collectives.buffers import is_in_place, parse
+from collectives._buffers import flat, is_in_place, vector
 
 N = 12
 
@@ -84,33 +84,36 @@ def test_none_is_in_place(comm, mpi_comm):
 
 @pytest.mark.serial
 @pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
-def test_parse_views_without_copying():
+def test_specs_resolve_to_views_without_copying():
     c = np.zeros((3, 4))
     f = np.asfortranarray(c)
     for a in (c, f):
-        flat, n, displ = parse(a, "buf", writable=True)
-        assert n == 12 and displ == 0 and np.shares_memory(flat, a)
+        view = flat(a, "buf", writable=True)
+        assert view.size == 12 and np.shares_memory(view, a)
     raw = bytearray(16)
-    flat, n, _ = parse([raw, MPI.INT], "buf", writable=True)
-    assert n == 4 and flat.dtype == np.int32
-    flat[:] = 7
+    view = flat([raw, MPI.INT], "buf", writable=True)
+    assert view.size == 4 and view.dtype == np.int32
+    view[:] = 7
     assert raw[:4] == (7).to_bytes(4, "little")
-    flat, n, displ = parse([np.zeros(10, np.int32), (3, 5), MPI.INT], "buf")
-    assert (n, displ, flat.size) == (3, 5, 3)
-    flat, n, _ = parse(np.float64(2.5), "buf")  # a NumPy scalar is a one-element buffer
-    assert n == 1 and flat[0] == 2.5
-    flat, n, _ = parse(np.matrix([[1.0, 2.0], [3.0, 4.0]]), "buf")
-    assert flat.shape == (4,)
+    base = np.arange(10, dtype=np.int32)
+    view = flat([base, (3, 5), MPI.INT], "buf")
+    assert view.tolist() == [5, 6, 7] and np.shares_memory(view, base)
+    view = flat(np.float64(2.5), "buf")  # a NumPy scalar is a one-element buffer
+    assert view.size == 1 and view[0] == 2.5
+    view = flat(np.matrix([[1.0, 2.0], [3.0, 4.0]]), "buf")
+    assert view.shape == (4,)
 
 
 @pytest.mark.serial
 def test_parse_vector_specs():
     buf = np.zeros(10)
-    assert parse([buf, ([1, 2, 3], [0, 4, 7]), MPI.DOUBLE], "b", vector=True)[1:] == ((1, 2, 3), (0, 4, 7))
-    assert parse([buf, [2, 3]], "b", vector=True)[1:] == ((2, 3), (0, 2))
-    assert parse([buf, [2, 3], [5, 0], MPI.DOUBLE], "b", vector=True)[1:] == ((2, 3), (5, 0))
+    assert vector([buf, ([1, 2, 3], [0, 4, 7]), MPI.DOUBLE], "b")[1:] == ((1, 2, 3), (0, 4, 7))
+    assert vector([buf, [2, 3]], "b")[1:] == ((2, 3), (0, 2))
+    assert vector([buf, [2, 3], [5, 0], MPI.DOUBLE], "b")[1:] == ((2, 3), (5, 0))
+    assert vector([buf, np.array([2, 3], np.uint16), np.array([5, 0], np.int64), MPI.DOUBLE], "b")[1:] == (
+        (2, 3), (5, 0))
     with pytest.raises(ValueError, match="reach element 11 of a 10-element buffer"):
-        parse([buf, ([5, 6], [0, 5]), MPI.DOUBLE], "b", vector=True)
+        vector([buf, ([5, 6], [0, 5]), MPI.DOUBLE], "b")
 
 
 def test_non_contiguous_send_is_copied_recv_is_refused(comm, mpi_comm):
@@ -136,7 +139,7 @@ def test_non_contiguous_send_is_copied_recv_is_refused(comm, mpi_comm):
 ])
 def test_bad_specs(spec, message):
     with pytest.raises((ValueError, TypeError), match=message):
-        parse(spec, "sendbuf")
+        flat(spec, "sendbuf")
 
 
 def test_delegation_to_the_wrapped_communicator(comm, mpi_comm):

@@ -170,16 +170,16 @@ def test_unknown_algorithm_lists_the_choices(comm, mpi_comm, monkeypatch):
 @pytest.fixture
 def ran(monkeypatch):
     """Names of the algorithms whose schedules were executed, in order."""
-    from collectives import executor
+    from collectives import plans
 
     names = []
-    plan = executor.plan
+    plan = plans.plan
 
     def recording(name, *args):
         names.append(name)
         return plan(name, *args)
 
-    monkeypatch.setattr(executor, "plan", recording)
+    monkeypatch.setattr(plans, "plan", recording)
     return names
 
 

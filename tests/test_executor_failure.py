@@ -11,7 +11,7 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from collectives import executor, transport
+from collectives import executor, plans, transport
 from collectives.ops import dtype_code
 from collectives.schedule import ACC, Schedule
 
@@ -90,14 +90,13 @@ def test_truncating_receive_raises(raw):
     assert info.value.Get_error_class() == MPI.ERR_TRUNCATE and info.value.step == 0
 
 
-@pytest.mark.parametrize("path", ["fast", "python"])
-def test_comm_is_unusable_after_a_failure(mpi_comm, check, monkeypatch, path):
-    monkeypatch.setattr(executor, "plan", lambda name, rank, size, *args: (
+@pytest.mark.parametrize("form", ["contiguous", "strided"])
+def test_comm_is_unusable_after_a_failure(mpi_comm, check, monkeypatch, form):
+    monkeypatch.setattr(plans, "plan", lambda name, rank, size, *args: (
         lambda s: (s.finish(), s.tmp_count, s.nreq))(bad_peer_schedule(rank, size)))
     c = collectives.Comm(mpi_comm, check=check)
     x = np.ones(8, np.int64)
-    # A strided send buffer is the Python path's; a contiguous one the fast path's.
-    send = x if path == "fast" else np.ones(16, np.int64)[::2]
+    send = x if form == "contiguous" else np.ones(16, np.int64)[::2]
     if c.size == 1:
         monkeypatch.setattr(c, "size", 1)  # one rank runs no all-reduce schedule: use Reduce
         call = lambda: c.Reduce(send, np.zeros(8, np.int64), root=0, algorithm="binomial")  # noqa: E731

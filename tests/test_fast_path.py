@@ -1,7 +1,9 @@
-"""The Cython fast path: which calls take it, that they match native MPI, and its plan cache.
+"""One dispatcher for every call form: each runs this library's algorithm, matches native MPI,
+and its plan cache.
 
-``comm._fast.calls`` counts the calls the fast path ran; a call it leaves to the Python path
-does not move it.  Every test here runs with the check on and off (tests/conftest.py).
+``comm._engine.calls`` counts the calls this library's algorithms ran; a call handed to MPI's
+own collective does not move it.  Every test here runs with the check on and off
+(tests/conftest.py), under the native executor and under the NumPy fallback.
 """
 import array
 
@@ -10,20 +12,16 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from collectives import comm as comm_module
 from util import uneven
 
-pytestmark = pytest.mark.skipif(not comm_module.NATIVE, reason="the fast path is the native executor's")
-
-
-def ran_fast(comm, call, times=1):
-    """Run ``call`` (waiting for the Request a nonblocking call returns); whether the fast
-    path ran ``times`` collectives for it."""
-    before = comm._fast.calls
+def ran_ours(comm, call, times=1):
+    """Run ``call`` (waiting for the Request a nonblocking call returns); whether this
+    library's algorithms ran ``times`` collectives for it."""
+    before = comm._engine.calls
     req = call()
     if hasattr(req, "wait"):
         req.wait()
-    return comm._fast.calls == before + times
+    return comm._engine.calls == before + times
 
 
 def data(comm, n, dtype=np.float32):
@@ -40,14 +38,14 @@ SPECS = {
 
 
 @pytest.mark.parametrize("spec", list(SPECS))
-def test_allreduce_specs_take_the_fast_path(comm, mpi_comm, spec):
+def test_allreduce_specs(comm, mpi_comm, spec):
     n = 5
     send = data(comm, n + 3)
     want = np.empty(n, np.float32)
     mpi_comm.Allreduce(send[:n], want, op=MPI.MAX)
     out = np.full(n + 3, -1, np.float32)
     recv = SPECS[spec](out, n) if spec != "array.array" else array.array("f", bytes(4 * n))
-    assert ran_fast(comm, lambda: comm.Allreduce(SPECS[spec](send, n), recv, op=MPI.MAX))
+    assert ran_ours(comm, lambda: comm.Allreduce(SPECS[spec](send, n), recv, op=MPI.MAX))
     got = np.frombuffer(recv, np.float32) if spec == "array.array" else out[:n]
     np.testing.assert_array_equal(got, want)
     if spec != "array.array":
@@ -58,7 +56,7 @@ def test_spec_with_displacement(comm, mpi_comm):
     send, out = data(comm, 8), np.zeros(8, np.float32)
     want = np.empty(3, np.float32)
     mpi_comm.Allreduce(send[2:5], want)
-    assert ran_fast(comm, lambda: comm.Allreduce([send, (3, 2), MPI.FLOAT], [out, (3, 4), MPI.FLOAT]))
+    assert ran_ours(comm, lambda: comm.Allreduce([send, (3, 2), MPI.FLOAT], [out, (3, 4), MPI.FLOAT]))
     np.testing.assert_array_equal(out[4:7], want)
     assert not out[:4].any() and out[7] == 0
 
@@ -67,7 +65,7 @@ def test_datatype_reinterprets_the_buffer(comm, mpi_comm):
     """[float64 array, MPI.FLOAT] is that memory read as twice as many floats, as in mpi4py."""
     send = data(comm, 4, np.float64)
     got, want = np.zeros(4), np.zeros(4)
-    assert ran_fast(comm, lambda: comm.Allreduce([send, MPI.FLOAT], [got, MPI.FLOAT]))
+    assert ran_ours(comm, lambda: comm.Allreduce([send, MPI.FLOAT], [got, MPI.FLOAT]))
     mpi_comm.Allreduce([send, MPI.FLOAT], [want, MPI.FLOAT])
     assert got.tobytes() == want.tobytes()
 
@@ -76,7 +74,7 @@ def test_in_place_and_aliases(comm, mpi_comm):
     buf = data(comm, 6)
     want = np.empty_like(buf)
     mpi_comm.Allreduce(buf, want)
-    assert ran_fast(comm, lambda: comm.Allreduce(MPI.IN_PLACE, [buf, 6, MPI.FLOAT]))
+    assert ran_ours(comm, lambda: comm.Allreduce(MPI.IN_PLACE, [buf, 6, MPI.FLOAT]))
     np.testing.assert_array_equal(buf, want)
 
 
@@ -101,46 +99,47 @@ def test_every_collective_takes_the_fast_path(comm, mpi_comm):
     }
     for name, (call, fresh) in calls.items():
         got, want = fresh(), fresh()
-        assert ran_fast(comm, lambda: call(comm, got)), name
+        assert ran_ours(comm, lambda: call(comm, got)), name
         call(mpi_comm, want)
         np.testing.assert_array_equal(got, want, err_msg=name)
         # Small and checked: the checked exchange carries the data (collectives.exchange),
         # watched or not.
         collective = name.replace("_block", "")
         assert (comm.last_algorithm == f"{collective}_fused") == fused, (name, comm.last_algorithm)
-    assert ran_fast(comm, comm.Barrier)
+    assert ran_ours(comm, comm.Barrier)
     # Unchecked: the tuning table's row for this rank count (explain names it).
     assert comm.last_algorithm == ("barrier_fused" if fused else comm.explain("barrier").split(":")[0])
 
 
 @pytest.mark.parametrize("algorithm", collectives.names("allreduce"))
-def test_per_call_algorithm_on_the_fast_path(comm, mpi_comm, algorithm):
+def test_per_call_algorithm(comm, mpi_comm, algorithm):
     x = data(comm, 100)
     got, want = np.zeros_like(x), np.zeros_like(x)
     mpi_comm.Allreduce(x, want)
-    assert ran_fast(comm, lambda: comm.Allreduce(x, got, algorithm=algorithm))
+    assert ran_ours(comm, lambda: comm.Allreduce(x, got, algorithm=algorithm))
     np.testing.assert_array_equal(got, want)
     if comm.size > 1:
         assert comm.last_algorithm == algorithm
 
 
-def test_unusual_buffers_take_the_python_path(comm, mpi_comm):
-    """Fortran-ordered 2-D arrays are the general path's; results still match."""
+def test_fortran_ordered_arrays(comm, mpi_comm):
+    """Fortran-ordered 2-D arrays are contiguous memory: our algorithms, native's results."""
     x = np.asfortranarray(data(comm, 6).reshape(2, 3))
     got, want = np.zeros_like(x), np.zeros_like(x)
     mpi_comm.Allreduce(x, want)
-    assert not ran_fast(comm, lambda: comm.Allreduce(x, got))
+    assert ran_ours(comm, lambda: comm.Allreduce(x, got))
     np.testing.assert_array_equal(got, want)
 
 
-def test_ranks_on_different_paths_still_agree(comm, mpi_comm):
-    """Rank 0 on the Python path, the others on the fast path: the same agreement, same result."""
+def test_a_strided_send_on_one_rank_agrees_with_the_others(comm, mpi_comm):
+    """Rank 0 sends a strided view (copied first), the others contiguous arrays: one
+    agreement, native's result."""
     x = data(comm, 6)
     got = np.zeros_like(x)
-    send = np.repeat(x, 2)[::2] if comm.rank == 0 else x  # strided: the Python path
+    send = np.repeat(x, 2)[::2] if comm.rank == 0 else x
     want = np.empty_like(x)
     mpi_comm.Allreduce(x, want)
-    assert ran_fast(comm, lambda: comm.Allreduce(send, got)) == (comm.rank != 0)
+    assert ran_ours(comm, lambda: comm.Allreduce(send, got))
     np.testing.assert_array_equal(got, want)
     if comm.size > 1 and comm.check:
         n = 6 if comm.rank == 0 else 5
@@ -150,16 +149,16 @@ def test_ranks_on_different_paths_still_agree(comm, mpi_comm):
 
 
 def test_plan_cache_is_bounded(mpi_comm, check, monkeypatch):
-    """The fast path's plans live in a byte-bounded LRU (COLLECTIVES_CACHE_BYTES): 200 distinct
+    """The dispatcher's plans live in a byte-bounded LRU (COLLECTIVES_CACHE_BYTES): 200 distinct
     sizes keep it under the bound, and results stay right after evictions."""
     monkeypatch.setenv("COLLECTIVES_CACHE_BYTES", "4096")
     c = collectives.Comm(mpi_comm, check=check)
-    plans = c._fast.plans
+    plans = c._engine.plans
     assert plans.max_bytes == 4096
     for n in range(1, 201):
         x = np.full(n, mpi_comm.rank + 1, np.float32)
         got = np.zeros(n, np.float32)
-        assert ran_fast(c, lambda: c.Allreduce(x, got))
+        assert ran_ours(c, lambda: c.Allreduce(x, got))
         np.testing.assert_array_equal(got, np.full(n, mpi_comm.size * (mpi_comm.size + 1) / 2))
         assert 0 < plans.nbytes <= plans.max_bytes
     assert plans.evictions > 0 and len(plans) < 200
@@ -175,26 +174,26 @@ def test_repeated_call_shape_skips_the_plan_cache(mpi_comm, check, monkeypatch):
     monkeypatch.delenv("COLLECTIVES_ALLREDUCE", raising=False)
     c = collectives.Comm(mpi_comm, check=check)
     lookups = []
-    get = c._fast.plans.get
+    get = c._engine.plans.get
 
     def counted_get(key, default=None):
         lookups.append(key)
         return get(key, default)
-    monkeypatch.setattr(c._fast.plans, "get", counted_get)
+    monkeypatch.setattr(c._engine.plans, "get", counted_get)
     x, b = data(c, 6), np.arange(3, dtype=np.int32) + c.rank
     root_b = b.copy()
     mpi_comm.Bcast(root_b)
 
     def allreduce(n=6, algorithm=None):
         got, want = np.zeros(n, np.float32), np.empty(n, np.float32)
-        assert ran_fast(c, lambda: c.Allreduce(x[:n], got, algorithm=algorithm))
+        assert ran_ours(c, lambda: c.Allreduce(x[:n], got, algorithm=algorithm))
         mpi_comm.Allreduce(x[:n], want)
         np.testing.assert_array_equal(got, want)
 
     for _ in range(4):  # interleaved with another collective, which has a hot plan of its own
         allreduce()
         got_b = b.copy()
-        assert ran_fast(c, lambda: c.Bcast(got_b))
+        assert ran_ours(c, lambda: c.Bcast(got_b))
         np.testing.assert_array_equal(got_b, root_b)
     assert len(lookups) == 2
     allreduce()
@@ -231,7 +230,7 @@ def vector_spec(buf, counts, displs, form):
 
 @pytest.mark.parametrize("form", [0, 1, 2])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_vector_variants_take_the_fast_path(comm, mpi_comm, layout, form):
+def test_vector_variants(comm, mpi_comm, layout, form):
     """Allgatherv, Gatherv and Scatterv with per-rank counts and displacements, against native."""
     p, r, root = comm.size, comm.rank, comm.size - 1
     counts, displs, total = LAYOUTS[layout](p)
@@ -245,7 +244,7 @@ def test_vector_variants_take_the_fast_path(comm, mpi_comm, layout, form):
                                               if r == root else None, out[:counts[r]], root=root),
     }.items():
         got, want = np.full(total, -1, np.int32), np.full(total, -1, np.int32)
-        assert ran_fast(comm, lambda: call(comm, got)), name
+        assert ran_ours(comm, lambda: call(comm, got)), name
         call(mpi_comm, want)
         np.testing.assert_array_equal(got, want, err_msg=name)
 
@@ -264,19 +263,19 @@ def test_vector_variants_in_place(comm, mpi_comm):
     }
     for name, call in calls.items():
         got, want = start.copy(), start.copy()
-        assert ran_fast(comm, lambda: call(comm, got)), name
+        assert ran_ours(comm, lambda: call(comm, got)), name
         call(mpi_comm, want)
         np.testing.assert_array_equal(got, want, err_msg=name)
 
 
 def test_vector_counts_that_do_not_fit_are_refused(comm):
-    """Counts past the end of the buffer: the fast path declines, the general path says why."""
+    """Counts past the end of the buffer are refused, naming the element they reach."""
     counts = [2] * comm.size
     with pytest.raises(ValueError, match="reach element"):
         comm.Allgatherv(np.zeros(2, np.int32), [np.zeros(2 * comm.size - 1, np.int32), counts, MPI.INT])
 
 
-def test_nonblocking_forms_take_the_fast_path(comm, mpi_comm):
+def test_nonblocking_forms(comm, mpi_comm):
     p, r, n = comm.size, comm.rank, 5
     x = data(comm, n)
     counts, displs, total = uneven(p)
@@ -294,12 +293,12 @@ def test_nonblocking_forms_take_the_fast_path(comm, mpi_comm):
     }
     for name, (call, size, blocking) in calls.items():
         got, want = np.arange(size, dtype=np.float32), np.arange(size, dtype=np.float32)
-        assert ran_fast(comm, lambda: call(comm, got)), name
+        assert ran_ours(comm, lambda: call(comm, got)), name
         # The reference is mpi4py's blocking call on the same arguments.
         args, kwargs = call(_Blocking(), want)
         getattr(mpi_comm, blocking)(*args, **kwargs)
         np.testing.assert_array_equal(got, want, err_msg=name)
-    assert ran_fast(comm, comm.Ibarrier)
+    assert ran_ours(comm, comm.Ibarrier)
 
 
 class _Blocking:
@@ -310,40 +309,40 @@ class _Blocking:
 
 
 def test_nonblocking_queue_runs_fast_calls_in_order(comm, mpi_comm):
-    """Several pending calls, then a blocking one queued behind them: all on the fast path,
+    """Several pending calls, then a blocking one queued behind them: all our algorithms,
     completed in order, with native's results."""
     xs = [data(comm, 7) * (k + 1) for k in range(4)]
     outs = [np.zeros(7, np.float32) for _ in xs]
-    before = comm._fast.calls
+    before = comm._engine.calls
     reqs = [comm.Iallreduce(x, out) for x, out in zip(xs[:3], outs)]
     comm.Allreduce(xs[3], outs[3])
     for req in reqs:
         req.wait()
-    assert comm._fast.calls == before + 4
+    assert comm._engine.calls == before + 4
     for x, out in zip(xs, outs):
         want = np.empty_like(x)
         mpi_comm.Allreduce(x, want)
         np.testing.assert_array_equal(out, want)
 
 
-def test_nonblocking_falls_back_on_the_progress_thread(comm, mpi_comm):
-    """A strided send buffer is the general path's: the job runs where the fast call would."""
+def test_nonblocking_strided_send(comm, mpi_comm):
+    """A strided send buffer on the progress thread: copied there, our algorithm, native's result."""
     x = np.repeat(data(comm, 6), 2)[::2]
     got, want = np.zeros(6, np.float32), np.zeros(6, np.float32)
-    assert not ran_fast(comm, lambda: comm.Iallreduce(x, got))
+    assert ran_ours(comm, lambda: comm.Iallreduce(x, got))
     mpi_comm.Allreduce(np.ascontiguousarray(x), want)
     np.testing.assert_array_equal(got, want)
 
 
-def test_op_names_take_the_fast_path(comm, mpi_comm):
+def test_op_names(comm, mpi_comm):
     x = data(comm, 4)
     got, want = np.zeros_like(x), np.zeros_like(x)
-    assert ran_fast(comm, lambda: comm.Allreduce(x, got, op="max"))
+    assert ran_ours(comm, lambda: comm.Allreduce(x, got, op="max"))
     mpi_comm.Allreduce(x, want, op=MPI.MAX)
     np.testing.assert_array_equal(got, want)
 
 
-def test_functional_family_takes_the_fast_path(comm, mpi_comm):
+def test_functional_family_runs_ours(comm, mpi_comm):
     """collectives.allreduce(comm, x) and its siblings: one fast call each (scatter two: it
     broadcasts the root's dtype and shape first)."""
     p, r, n = comm.size, comm.rank, 4
@@ -369,25 +368,25 @@ def test_functional_family_takes_the_fast_path(comm, mpi_comm):
         "scatter": (lambda: collectives.scatter(comm, rows, root=0), x - r),
     }
     for name, (call, want) in calls.items():
-        assert ran_fast(comm, lambda: results.setdefault(name, call()), 2 if name == "scatter" else 1), name
+        assert ran_ours(comm, lambda: results.setdefault(name, call()), 2 if name == "scatter" else 1), name
         got = results[name]
         got = got.wait() if hasattr(got, "wait") else got
         if want is None:
             assert got is None, name
         else:
             np.testing.assert_array_equal(got, want, err_msg=name)
-    assert ran_fast(comm, lambda: collectives.barrier(comm))
+    assert ran_ours(comm, lambda: collectives.barrier(comm))
 
 
-def test_gatherv_ranks_on_different_paths_still_agree(comm, mpi_comm):
-    """The root on the general path (a type character, not an MPI.Datatype), the others on the
-    fast path: they meet in one agreement, where the others' unknown counts are neutral."""
+def test_gatherv_root_with_a_type_character(comm, mpi_comm):
+    """The root names its datatype by a type character, the others by their arrays: one
+    agreement, where the others' unknown counts are neutral."""
     p, r, root = comm.size, comm.rank, 0
     counts, displs, total = uneven(p)
     own = np.arange(counts[r], dtype=np.int32) + 100 * r
     got, want = np.full(total, -1, np.int32), np.full(total, -1, np.int32)
     spec = [got, (counts, displs), "i"] if r == root else None
-    assert ran_fast(comm, lambda: comm.Gatherv(own, spec, root=root)) == (r != root)
+    assert ran_ours(comm, lambda: comm.Gatherv(own, spec, root=root))
     mpi_comm.Gatherv(own, [want, (counts, displs), MPI.INT] if r == root else None, root=root)
     np.testing.assert_array_equal(got, want)
 

@@ -6,7 +6,7 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from collectives import executor, node
+from collectives import node, plans
 from collectives.node import layout
 from tests.launch import mpiexec, own_jobs
 from util import ALL_DTYPES, assert_close, assert_everywhere, check_allreduce, make_data, reference, sizes
@@ -117,16 +117,14 @@ def test_node_allreduce_makes_the_phases_it_describes(monkeypatch, algorithm, sp
         made = real_plan(name, rank, size, *args)
         planned.append((name, made[0]))
         return made
-    real_plan = executor.plan
-    monkeypatch.setattr(executor, "plan", plan)
+    real_plan = plans.plan
+    monkeypatch.setattr(plans, "plan", plan)
     itemsize = np.dtype(dtype).itemsize
     for n in (1, 2, 5, 10, 1001, 70001):
-        # A new Comm each time: the fast path plans a call shape once per Comm; check off, as
-        # the model has it (with the check, ``auto`` may pick the fused forms).
+        # A new Comm each time: a Comm plans a call shape once; check off, as the model has it
+        # (with the check, ``auto`` may pick the fused forms).
         with collectives.Comm(world, check=False) as comm:
             calls = []
-            if comm._nodes is None:  # watched (COLLECTIVES_TIMEOUT), the constructor found them
-                comm._nodes = node.discover(comm)
             nodes = comm._nodes
             nodes.intra, nodes.lane = _Recorder(nodes.intra, "intra", calls), _Recorder(nodes.lane, "lane", calls)
             send = (np.arange(n) % 5 + world.rank).astype(dtype)  # small integers: sums exact in any order

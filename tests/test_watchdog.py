@@ -13,7 +13,7 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from collectives import executor, watchdog
+from collectives import comm as comm_module, executor, plans, watchdog
 from collectives.exchange import FUSED_BYTES
 from collectives.ops import dtype_code
 from collectives.schedule import ACC, Schedule, run_python
@@ -96,14 +96,13 @@ def test_a_stalled_step_names_the_peer(mpi_comm, blocking, executor_kind):
     raw.Free()
 
 
-@pytest.mark.parametrize("path", ["fast", "python"])
-def test_comm_is_unusable_after_a_stall(mpi_comm, check, monkeypatch, path):
-    monkeypatch.setattr(executor, "plan", lambda name, rank, size, *args: (
+@pytest.mark.parametrize("form", ["contiguous", "strided"])
+def test_comm_is_unusable_after_a_stall(mpi_comm, check, monkeypatch, form):
+    monkeypatch.setattr(plans, "plan", lambda name, rank, size, *args: (
         lambda s: (s.finish(), s.tmp_count, s.nreq))(unanswered(rank, size, False)))
     c = collectives.Comm(mpi_comm, check=check, timeout=LIMIT)
     c.Allreduce(np.zeros(0), np.zeros(0))  # call 1: no schedule runs
-    # A strided send buffer is the Python path's; a contiguous one the fast path's.
-    send = np.ones(8, np.int64) if path == "fast" else np.ones(16, np.int64)[::2]
+    send = np.ones(8, np.int64) if form == "contiguous" else np.ones(16, np.int64)[::2]
     if c.size == 1:  # one rank runs no all-reduce schedule: Reduce
         call = lambda: c.Reduce(send, np.zeros(8, np.int64), root=0, algorithm="binomial")  # noqa: E731
         name = re.escape("reduce (reduce_binomial)")
@@ -124,11 +123,9 @@ def test_comm_is_unusable_after_a_stall(mpi_comm, check, monkeypatch, path):
 @pytest.mark.parametrize("purepython", [False, True])
 def test_watched_collectives_match_native(mpi_comm, monkeypatch, purepython):
     """With a limit that never fires, every all-reduce algorithm gives native MPI's result."""
-    monkeypatch.setattr(executor, "NATIVE", executor.NATIVE and not purepython)
+    monkeypatch.setattr(comm_module, "NATIVE", executor.NATIVE and not purepython)
     for check in (True, False):
         c = collectives.Comm(mpi_comm, check=check, timeout=60)
-        if purepython:
-            c._fast = None
         for name in ("ring", "recursive_doubling", "rabenseifner", "ring_segmented", "binomial"):
             check_allreduce(c, mpi_comm, np.float64, [0, 1, c.size + 1, 1000], f"watched {name}",
                             algorithm=name)
@@ -156,7 +153,7 @@ def test_unanswered_receive_primitive_raises(mpi_comm):
 
 @pytest.mark.parametrize("count, label", [(2, "allreduce_fused"), (FUSED_BYTES // 4 + 1, "argument check")],
                          ids=["fused", "header"])
-@pytest.mark.parametrize("path", ["fast", "job", "purepython"])
+@pytest.mark.parametrize("path", ["native", "purepython"])
 def test_stall_in_the_checked_exchange_names_the_partner(mpi_comm, monkeypatch, path, count, label):
     """A small checked call is the fused exchange, a larger one starts with the header-only
     exchange, watched trade by trade: rank 1 alone calls it, waits for rank 0's message (with
@@ -165,13 +162,8 @@ def test_stall_in_the_checked_exchange_names_the_partner(mpi_comm, monkeypatch, 
     p = mpi_comm.Get_size()
     if p & (p - 1) == 0:
         pytest.skip("rank 1 receives first only when the rank count is not a power of two")
-    from collectives import agreement, exchange
-
+    monkeypatch.setattr(comm_module, "NATIVE", executor.NATIVE and path == "native")
     c = collectives.Comm(mpi_comm, check=True, timeout=LIMIT)
-    if path != "fast":
-        c._fast = None
-    if path == "purepython":
-        monkeypatch.setattr(agreement, "_exchange", exchange.exchange)
     x = np.ones(count, np.float32)
     if c.rank == 1:
         with pytest.raises(StallError) as info:
