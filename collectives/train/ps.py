@@ -71,7 +71,7 @@ class ParameterServer:
         n = t.comm.comm.allreduce(len(t.train))
         saved, start = {}, (0, 0)
         if t.resuming():
-            whole = dict(w=w, **t.new_optimizer(t.model.size).state())
+            whole = dict(w=w, **t.new_optimizer(t.model.size).state_dict())
             meta, saved = t.read_checkpoint(t.o["checkpoint"], ckpt.shapes_of(whole))
             w, start = np.array(saved["w"], np.float64), (meta["epoch"], meta["step"])
         sub = t.comm.comm.Split(int(self.is_server), t.rank)
@@ -96,7 +96,7 @@ class ParameterServer:
         """
         t = self.trainer
         t.preempted = ckpt.anyone(t.comm.comm, t.terminated)
-        layout = {r: ckpt.shapes_of(dict(w=np.zeros(hi - lo), **t.new_optimizer(hi - lo).state()))
+        layout = {r: ckpt.shapes_of(dict(w=np.zeros(hi - lo), **t.new_optimizer(hi - lo).state_dict()))
                   for r, (lo, hi) in zip(range(self.workers, t.size), self.shards)}
         states = ckpt.gather(t.comm.comm, state, lambda r: layout.get(r, {}))
         whole = None
@@ -165,7 +165,7 @@ class ParameterServer:
         tau = t.o["tau"]
         opt = t.new_optimizer(hi - lo)
         if saved:
-            opt.load(saved)
+            opt.load_state_dict(saved)
         mask = t.model.penalised[lo:hi]
         lam = t.o["lam"]
         nw = self.workers
@@ -201,7 +201,7 @@ class ParameterServer:
                 marked[sender] = True
                 if marked.all():
                     marked[:] = False
-                    if self._boundary(bool(count), 0, 0, dict(w=shard, **opt.state())):
+                    if self._boundary(bool(count), 0, 0, dict(w=shard, **opt.state_dict())):
                         return shard
                 continue
             if tau < 0:

@@ -394,7 +394,7 @@ class Trainer:
 
     def save(self, path, epoch, step, w, opt):
         """Write the checkpoint of this step to ``path`` (collective; see train.checkpoint)."""
-        state = dict(w=w, **opt.state(), **self.compression_state())
+        state = dict(w=w, **opt.state_dict(), **self.compression_state())
         if ckpt.layout(self.o["sync"]) == "per-rank":
             states = ckpt.gather(self.comm.comm, state, lambda r: ckpt.shapes_of(state))
             if self.rank == 0:
@@ -442,12 +442,12 @@ class Trainer:
     def load(self, path, opt):
         """(w, epoch, step) restored from ``path`` into ``opt``, at any rank count (train.checkpoint)."""
         meta, state = self.read_checkpoint(path, ckpt.shapes_of(dict(w=np.zeros(self.model.size),
-                                                                     **opt.state())))
+                                                                     **opt.state_dict())))
         if meta["layout"] == "per-rank":
             state = ckpt.rank_state(state, meta["nranks"], self.rank, self.size)
         w = np.array(state.pop("w"), np.float64)
         self.load_compression(state, meta["nranks"])
-        opt.load(state)
+        opt.load_state_dict(state)
         return w, meta["epoch"], meta["step"]
 
     def compression_state(self):
