@@ -239,3 +239,15 @@ class Newton:
 STOCHASTIC = {"sgd": SGD, "adam": Adam}
 BATCH = {"lbfgs": LBFGS, "newton": Newton}
 OPTIMIZERS = (*STOCHASTIC, *BATCH)
+
+
+def make(o, size):
+    """A fresh optimizer for ``size`` parameters, of the kind and settings the training options ``o`` name."""
+    name = o["optimizer"]
+    if name == "sgd":
+        return SGD(size, o["lr"], o["momentum"], o["schedule"])
+    if name == "adam":
+        return Adam(size, o["lr"], decay=o["adam_decay"])
+    if name == "lbfgs":
+        return LBFGS(size, o["history"])
+    return Newton(size)

@@ -4,6 +4,7 @@ from .. import config
 from ..compression import COMPRESSORS
 from . import dataserver, gossip, optim, straggler as stragglers
 from .errors import UsageError
+from .sync import STRATEGIES
 
 DEFAULTS = dict(
     optimizer="lbfgs", sync="sync", lam=1e-3, epochs=None, batch=64, lr=None, momentum=0.9,
@@ -12,8 +13,8 @@ DEFAULTS = dict(
     seed=0, log_every=1, checkpoint=None, checkpoint_every=0, resume=False, max_steps=None,
     progress=None, reproducible=None, straggler=(), measure_wait=None, topology=None, data_servers=0,
 )
-SYNCS = ("sync", "ddp", "local", "fedavg", "ps", "gossip")
-COMPRESSIBLE = ("sync", "ddp", "local")
+SYNCS = tuple(STRATEGIES)
+COMPRESSIBLE = tuple(name for name, strategy in STRATEGIES.items() if strategy.compressible)
 DEFAULT_EPOCHS = {"lbfgs": 300, "newton": 30, "sgd": 30, "adam": 30}
 DEFAULT_LR = {"sgd": 0.1, "adam": 0.01}
 
