@@ -220,9 +220,9 @@ NO_PICKLE = """
 import sys
 from mpi4py import MPI
 from collectives import Comm
-from collectives.train import Trainer
+from collectives.train.checkpoint import Checkpoints
 from collectives.train.job import make_trainer, prepare
-from collectives.train.ps import ParameterServer
+from collectives.train.sync.ps import ParameterServer
 
 def refuse(*args, **kw):
     raise AssertionError("pickled on the checkpoint path")
@@ -236,7 +236,7 @@ def unpickled(fn):
             MPI.pickle.__init__()
     return run
 
-for cls, names in ((Trainer, ("save", "load", "read_checkpoint", "write_checkpoint")), (ParameterServer, ("_boundary",))):
+for cls, names in ((Checkpoints, ("save_step", "restore", "read", "write")), (ParameterServer, ("_boundary",))):
     for name in names:
         setattr(cls, name, unpickled(getattr(cls, name)))
 comm = Comm()
@@ -270,8 +270,8 @@ from collectives.train.job import make_trainer, prepare
 
 comm = Comm()
 trainer = make_trainer(comm, prepare(comm, test_fraction=0), optimizer="adam", sync="local", epochs=1)
-opt = trainer.new_optimizer()
-w, epoch, step = trainer.load(sys.argv[1], opt)
+opt = trainer.ctx.new_optimizer()
+w, epoch, step = trainer.ctx.checkpoints.restore(sys.argv[1], opt)
 np.save(f"{sys.argv[1]}.{comm.rank}.npy", np.concatenate((w, opt.m, opt.v, [opt.t, epoch, step, trainer.t])))
 """
 

@@ -142,11 +142,11 @@ def wire_formula(comm, comp, n, itemsize):
     if comp.name == "none":
         return reduce_scatter_bytes(comp, n, p, r, itemsize), 2 * n * itemsize + p * itemsize
     if comp.name == "randk":
-        c = kernels.randk_indices(n, compression._count(n, comp.ratio), comp.seed_for(0, r), np.empty(0, np.int64))
+        c = kernels.randk_indices(n, compression.sparsifiers._count(n, comp.ratio), comp.seed_for(0, r), np.empty(0, np.int64))
         return reduce_scatter_bytes(compression.Compressor(), c, p, r, itemsize), 2 * c * itemsize + p * itemsize
     # Top-k: every rank knows that each selects k pairs, so no count travels; the indices go
     # as uint16 gaps after a 16-byte head (gaps at these sizes are far below 2^16).
-    k = compression._count(n, comp.ratio)
+    k = compression.sparsifiers._count(n, comp.ratio)
     if p * k * (4 + itemsize) > 2 * n * itemsize:
         sent = reduce_scatter_bytes(compression.Compressor(), n, p, r, itemsize)
     else:

@@ -21,7 +21,7 @@ from collectives.compression import COMPRESSORS
 from collectives.train.gossip import TOPOLOGIES
 from collectives.train.models import MODELS
 from collectives.train.optim import OPTIMIZERS, Newton
-from collectives.train.trainer import SYNCS
+from collectives.train.options import SYNCS
 from tests.launch import own_jobs
 
 pytestmark = own_jobs

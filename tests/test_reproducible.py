@@ -21,7 +21,7 @@ from collectives.train import data as D
 from collectives.train.errors import UsageError
 from collectives.train.job import make_trainer, prepare
 from collectives.train.models import Softmax
-from collectives.train.trainer import check_options
+from collectives.train.options import check_options
 from tests.launch import mpiexec, own_jobs
 
 WORLD = MPI.COMM_WORLD

@@ -64,4 +64,5 @@ def test_native_allreduce_and_error_feedback_switch(world, prepared):
     _, w_native = fit(comm, prepared, allreduce="native", **options)
     np.testing.assert_allclose(w_native, w, rtol=1e-9, atol=1e-12)
     plain, _ = fit(comm, prepared, compress="topk", error_feedback=False, **options)
-    assert list(plain.compress_states.values()) == [None] and not plain.compressor.error_feedback
+    compression = plain.ctx.sums.compression
+    assert list(compression.states.values()) == [None] and not compression.compressor.error_feedback

@@ -38,7 +38,7 @@ def test_compressed_training_converges(world, uncompressed, sync, compress):
     everyone = comm.comm.allgather(w)
     assert all((other == w).all() for other in everyone)
     # top-k keeps error feedback (per ddp bucket, or one for local's change); int8 has none
-    states = trainer.compress_states.values()
+    states = trainer.ctx.sums.compression.states.values()
     assert states and all((s is not None) == (compress == "topk") for s in states)
 
 

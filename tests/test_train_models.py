@@ -111,7 +111,7 @@ def test_stochastic_optimizers_on_quadratic(make):
     np.testing.assert_allclose(w, XSTAR, rtol=1e-2, atol=1e-3)
     # a restored state continues exactly
     clone = make()
-    clone.load(o.state())
+    clone.load_state_dict(o.state_dict())
     w2 = w.copy()
     for _ in range(5):
         o.step(w, quad(w)[1])

@@ -18,6 +18,11 @@ Which state is written depends on the synchronisation model:
   whole, in the ``replicated`` layout; any rank and server count resumes, each server
   taking its new shard.
 
+``Checkpoints`` is a run's checkpoint I/O on top of these files: which state a step writes
+(the parameters, the optimizer's ``state_dict``, the compression state of
+collectives.train.sums, the progress), reading it back checked against the job, and restoring
+it.  Every one of its calls is collective.
+
 One file rather than a shard per rank: the rename of one file is the commit, with no
 manifest to keep consistent with shard files, and replicated state (the common case) is
 written by one rank without any transfer.  Integer state travels as float64 (exact below
@@ -210,3 +215,79 @@ def rank_state(state, nranks, rank, size):
     if nranks == size:
         return {k: v if isinstance(v, int) else v[rank] for k, v in state.items()}
     return {k: v if isinstance(v, int) else v.mean(axis=0) for k, v in state.items()}
+
+
+class Checkpoints:
+    """The checkpoint I/O of the run whose Context is ``ctx``: every call is collective."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def resuming(self):
+        """Whether to resume: --resume and the checkpoint exists on some rank."""
+        ctx = self.ctx
+        o = ctx.o
+        return bool(o["resume"] and o["checkpoint"] and anyone(ctx.comm.comm, os.path.exists(o["checkpoint"])))
+
+    def save_step(self, path, epoch, step, w, opt):
+        """Write the checkpoint of this step to ``path``: ``w``, optimizer ``opt``'s state and the
+        compression state, in the layout of the run's synchronisation."""
+        ctx = self.ctx
+        state = dict(w=w, **opt.state_dict(), **ctx.sums.compression.state_dict())
+        if layout(ctx.o["sync"]) == "per-rank":
+            states = gather(ctx.comm.comm, state, lambda r: shapes_of(state))
+            if ctx.rank == 0:
+                state = {k: v if isinstance(v, int) else np.stack([s[k] for s in states]) for k, v in state.items()}
+        self.write(path, epoch, step, state, layout(ctx.o["sync"]))
+
+    def write(self, path, epoch, step, state, layout):
+        """Rank 0 writes ``state`` with this job's metadata; every rank learns whether it could.
+
+        A state that is no longer finite (training diverged) is not written: the checkpoint
+        already at ``path`` is the last good one, and every rank raises a DataError saying so.
+        """
+        ctx = self.ctx
+        error = None
+        if ctx.rank == 0 and not all(np.isfinite(v).all() for v in state.values()
+                                     if isinstance(v, np.ndarray) and v.dtype.kind == "f"):
+            error = DataError(f"{ctx.reporter.diverged()}; {path} was not overwritten")
+        elif ctx.rank == 0:
+            meta = dict(nranks=ctx.size, layout=layout, model=type(ctx.model).__name__,
+                        model_size=ctx.model.size, options={k: ctx.o[k] for k in SETTINGS},
+                        epoch=epoch, step=step, **ctx.progress.state_dict())
+            try:
+                save(path, meta, state)
+            except DataError as exc:
+                error = exc
+        agree(ctx.comm.comm, error)
+
+    def read(self, path, expected):
+        """(meta, state) of the checkpoint at ``path``, checked against this job on every rank
+        (``expected``: name -> shape of the state it must hold, see check_state); restores the
+        run's progress from it.
+
+        DataError on every rank when any rank cannot use it: resuming some ranks but not
+        others would train on silently mixed states.
+        """
+        ctx = self.ctx
+        meta = state = error = None
+        try:
+            meta, state = load(path)
+            check(path, meta, ctx.o, ctx.model.size, type(ctx.model).__name__)
+            check_state(path, state, expected)
+        except DataError as exc:
+            error = exc
+        agree(ctx.comm.comm, error)
+        ctx.progress.load_state_dict(meta)
+        return meta, state
+
+    def restore(self, path, opt):
+        """(w, epoch, step) restored from ``path`` into ``opt`` and the compression state, at any rank count."""
+        ctx = self.ctx
+        meta, state = self.read(path, shapes_of(dict(w=np.zeros(ctx.model.size), **opt.state_dict())))
+        if meta["layout"] == "per-rank":
+            state = rank_state(state, meta["nranks"], ctx.rank, ctx.size)
+        w = np.array(state.pop("w"), np.float64)
+        ctx.sums.compression.load_state_dict(state, meta["nranks"])
+        opt.load_state_dict(state)
+        return w, meta["epoch"], meta["step"]

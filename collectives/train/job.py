@@ -20,7 +20,8 @@ from .checkpoint import PREEMPTED, write_file
 from .errors import DataError, UsageError, together
 from .gossip import TOPOLOGIES
 from ..parallel.grid import layout, model_parallel
-from .trainer import DEFAULT_EPOCHS, DEFAULTS, SYNCS, Trainer, check_options
+from .options import DEFAULT_EPOCHS, DEFAULTS, SYNCS, check_options
+from .trainer import Trainer
 
 
 class Prepared:

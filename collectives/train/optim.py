@@ -5,8 +5,8 @@ Newton drive a deterministic objective ``f(w) -> (F, G)`` whose values are all-r
 so every rank computes bit-identical iterates and takes the same branch in every test:
 the ranks run in lockstep without ever exchanging a decision.
 
-Each optimizer's ``state()`` is a dict of arrays and numbers for a checkpoint, and
-``load(state)`` restores it exactly.
+Each optimizer's ``state_dict()`` is a dict of arrays and numbers for a checkpoint, and
+``load_state_dict(state)`` restores it exactly.
 """
 import numpy as np
 
@@ -35,11 +35,11 @@ class SGD:
             g = self.v
         w -= lr * g
 
-    def state(self):
+    def state_dict(self):
         """Checkpoint state."""
         return {"t": self.t, "v": self.v.copy()}
 
-    def load(self, state):
+    def load_state_dict(self, state):
         """Restore a checkpoint state."""
         self.t = int(state["t"])
         self.v[...] = state["v"]
@@ -66,11 +66,11 @@ class Adam:
         lr *= np.sqrt(1 - self.beta2 ** t) / (1 - self.beta1 ** t)
         w -= lr * self.m / (np.sqrt(self.v) + self.eps)
 
-    def state(self):
+    def state_dict(self):
         """Checkpoint state."""
         return {"t": self.t, "m": self.m.copy(), "v": self.v.copy()}
 
-    def load(self, state):
+    def load_state_dict(self, state):
         """Restore a checkpoint state."""
         self.t = int(state["t"])
         self.m[...] = state["m"]
@@ -191,11 +191,11 @@ class LBFGS:
                 self.Y.pop(0)
         return wn, Fn, Gn
 
-    def state(self):
+    def state_dict(self):
         """Checkpoint state."""
         return {"t": self.t, "S": np.array(self.S), "Y": np.array(self.Y)}
 
-    def load(self, state):
+    def load_state_dict(self, state):
         """Restore a checkpoint state."""
         self.t = int(state["t"])
         self.S, self.Y = list(state["S"]), list(state["Y"])
@@ -227,11 +227,11 @@ class Newton:
             a *= 0.5
         return w, F, G
 
-    def state(self):
+    def state_dict(self):
         """Checkpoint state."""
         return {"t": self.t}
 
-    def load(self, state):
+    def load_state_dict(self, state):
         """Restore a checkpoint state."""
         self.t = int(state["t"])
 
@@ -239,3 +239,15 @@ class Newton:
 STOCHASTIC = {"sgd": SGD, "adam": Adam}
 BATCH = {"lbfgs": LBFGS, "newton": Newton}
 OPTIMIZERS = (*STOCHASTIC, *BATCH)
+
+
+def make(o, size):
+    """A fresh optimizer for ``size`` parameters, of the kind and settings the training options ``o`` name."""
+    name = o["optimizer"]
+    if name == "sgd":
+        return SGD(size, o["lr"], o["momentum"], o["schedule"])
+    if name == "adam":
+        return Adam(size, o["lr"], decay=o["adam_decay"])
+    if name == "lbfgs":
+        return LBFGS(size, o["history"])
+    return Newton(size)
