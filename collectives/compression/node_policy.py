@@ -26,7 +26,7 @@ order as the flat shape.  Uneven layouts (nodes of different sizes) keep the fla
 """
 import numpy as np
 
-from .. import config, node
+from .. import config
 from ..comm import wrap
 
 # Bandwidth between nodes over that of the intra-node phases: see the module docstring.
@@ -53,10 +53,7 @@ def node_aware_pays(nodes, compressor, dtype):
 
 
 def across_nodes(comm):
-    """The collectives.node.Nodes of ``comm`` when the node-aware shapes apply (several nodes,
-    all of k > 1 ranks), else None.  Collective over ``comm`` the first time."""
-    c = wrap(comm)
-    if c._nodes is None:
-        c._nodes = node.discover(c)
-    nodes = c._nodes
+    """The collectives.node.Nodes of ``comm`` (found when its Comm was made) when the
+    node-aware shapes apply (several nodes, all of k > 1 ranks), else None."""
+    nodes = wrap(comm)._nodes
     return nodes if nodes.multi and nodes.uniform else None
