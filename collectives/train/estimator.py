@@ -11,8 +11,8 @@ scikit-learn is imported by the methods that need it (fit, predict, tags, clone)
 this module: ``import collectives.train`` and ``python -m collectives train`` go without.
 
 A fit's collectives would leave ranks waiting if only some of them raised first, so every
-check a rank makes alone runs inside ``errors_together``: a ValueError or TypeError raised
-on any rank is raised on every rank.
+check a rank makes alone runs inside ``errors_together``: a ValueError, TypeError or OSError
+raised on any rank is raised on every rank.
 """
 import contextlib
 import inspect
@@ -33,21 +33,27 @@ def mpi_comm(comm):
     return getattr(comm, "comm", comm)
 
 
+# What errors_together agrees on: errors of the input or its files, not bugs.
+AGREED = (ValueError, TypeError, OSError)
+
+
 @contextlib.contextmanager
 def errors_together(comm):
-    """Run the block on every rank of mpi4py ``comm``; a ValueError or TypeError it raised on
-    any rank is raised on every rank (this rank's own, else the lowest failing rank's, named)."""
+    """Run the block on every rank of mpi4py ``comm``; a ValueError, TypeError or OSError it
+    raised on any rank is raised on every rank (this rank's own, else the lowest failing
+    rank's, of the same kind and named by its rank)."""
     error = None
     try:
         yield
-    except (ValueError, TypeError) as exc:
+    except AGREED as exc:
         error = exc
     if comm.Get_size() > 1:
-        seen = comm.allgather(None if error is None else (isinstance(error, TypeError), str(error)))
+        kind = None if error is None else next(i for i, k in enumerate(AGREED) if isinstance(error, k))
+        seen = comm.allgather(None if error is None else (kind, str(error)))
         first = next(((rank, what) for rank, what in enumerate(seen) if what is not None), None)
         if error is None and first is not None:
-            rank, (is_type, message) = first
-            raise (TypeError if is_type else ValueError)(f"rank {rank}: {message}")
+            rank, (kind, message) = first
+            raise AGREED[kind](f"rank {rank}: {message}")
     if error is not None:
         raise error
 
