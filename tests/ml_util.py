@@ -53,6 +53,7 @@ def assert_like(ours, reference, names, rtol=1e-12, atol=0.0):
 def same_everywhere(comm, stage):
     """Every rank of ``comm`` holds the same fitted state as rank 0, bit for bit."""
     def value(v):
+        """``v`` as an array whose bytes are its value (strings rather than object pointers)."""
         v = np.asarray(v)
         return v.astype(str) if v.dtype == object else v
 

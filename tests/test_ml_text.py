@@ -26,7 +26,8 @@ def counts(texts):
 def test_hashing_tf(mpi_comm, binary, alternate_sign):
     texts, _ = corpus(DOCS)
     mine = share(mpi_comm, DOCS)
-    ours = HashingTF(FEATURES, binary=binary, alternate_sign=alternate_sign).transform(Tokenizer().transform(texts[mine]))
+    hashing = HashingTF(FEATURES, binary=binary, alternate_sign=alternate_sign)
+    ours = hashing.transform(Tokenizer().transform(texts[mine]))
     # scikit-learn refuses no documents: the rows of this rank's from all of them
     reference = HashingVectorizer(n_features=FEATURES, binary=binary, alternate_sign=alternate_sign,
                                   norm=None).transform(texts)[mine]
