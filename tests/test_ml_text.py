@@ -76,6 +76,12 @@ def test_unseen_label():
         LabelIndexer(comm=MPI.COMM_SELF).fit(["a", "b"]).transform(["a", "c"])
 
 
+def test_unsortable_labels_on_one_rank(mpi_comm):
+    labels = np.array(["a", 1, "b"] if mpi_comm.rank == 0 else ["a", "b"], dtype=object)
+    with pytest.raises(TypeError):
+        LabelIndexer(comm=mpi_comm).fit(labels)
+
+
 @pytest.mark.parametrize("stage", [IDF, LabelIndexer])
 def test_empty_corpus(mpi_comm, stage):
     empty = sp.csr_matrix((0, FEATURES)) if stage is IDF else []

@@ -49,8 +49,9 @@ class LabelIndexer(Stage):
         raw = self._mpi()
         with errors_together(raw):
             y = column_or_1d(y, warn=True)
+            mine = np.unique(y)  # TypeError for labels that do not sort together
         rows_together(raw, y.shape[0], 1)
-        found = allgather_objects(raw, np.unique(y)) if raw.Get_size() > 1 else [np.unique(y)]
+        found = allgather_objects(raw, mine) if raw.Get_size() > 1 else [mine]
         # a rank without labels has an empty float array, which would not join strings
         self.classes_ = np.unique(np.concatenate([labels for labels in found if labels.size]))
         return self
