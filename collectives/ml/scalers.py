@@ -94,7 +94,7 @@ def combine(parts):
 def _zeros_to_one(scale, constant=None):
     """``scale`` with its (near-)zero entries, or those of ``constant``, set to 1."""
     scale = scale.copy()
-    scale[scale < 10 * np.finfo(scale.dtype).eps if constant is None else constant] = 1.0
+    scale[(scale < 10 * np.finfo(scale.dtype).eps) if constant is None else constant] = 1.0
     return scale
 
 
