@@ -1,4 +1,5 @@
 """Shared by the collectives.ml tests: uneven shares of rows, the bundled corpus, fitted-state checks."""
+import functools
 import pickle
 
 import numpy as np
@@ -15,17 +16,19 @@ def share(comm, n):
     return slice(cuts[r], cuts[r + 1])
 
 
+@functools.cache
+def _documents():
+    """(label, text) of every line of the bundled corpus, read once per process."""
+    with open(CORPUS, encoding="utf-8") as f:
+        return tuple(tuple(line.rstrip("\n").split("\t", 1)) for line in f)
+
+
 def corpus(n=None, labels=None):
     """(texts, labels) of the bundled corpus's first ``n`` documents with a label in ``labels``
-    (default: all), as object arrays; every rank reads the same."""
-    texts, found = [], []
-    with open(CORPUS, encoding="utf-8") as f:
-        for line in f:
-            label, text = line.rstrip("\n").split("\t", 1)
-            if labels is None or label in labels:
-                found.append(label)
-                texts.append(text)
-    return np.array(texts[:n], dtype=object), np.array(found[:n], dtype=object)
+    (default: all), as new object arrays; every rank reads the same."""
+    chosen = [(label, text) for label, text in _documents() if labels is None or label in labels][:n]
+    return (np.array([text for _, text in chosen], dtype=object),
+            np.array([label for label, _ in chosen], dtype=object))
 
 
 def fitted(stage):

@@ -11,7 +11,6 @@ from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.model_selection import GridSearchCV, cross_val_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler as SkStandardScaler
-from sklearn.utils.estimator_checks import check_estimator
 
 from collectives.ml import IDF, Classifier, MinMaxScaler, Regressor, StandardScaler
 from tests.ml_util import same_everywhere, share
@@ -30,6 +29,9 @@ ESTIMATORS = [Classifier, Regressor, StandardScaler, MinMaxScaler, IDF]
 @pytest.mark.serial
 @pytest.mark.parametrize("estimator", ESTIMATORS, ids=lambda e: e.__name__)
 def test_check_estimator(estimator):
+    # imported here: the launches that skip serial tests need not load scikit-learn's checks
+    from sklearn.utils.estimator_checks import check_estimator
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         results = check_estimator(estimator(comm=MPI.COMM_SELF), on_fail=None, on_skip=None)
