@@ -1,7 +1,7 @@
-"""``python -m collectives <command>``: ``train`` runs the distributed training job, ``bench`` the
-benchmark (the ``collectives-bench`` command).
+"""``python -m collectives <command>``: ``train`` runs the distributed training job, ``ml`` the text
+pipeline example (collectives.ml.job), ``bench`` the benchmark (the ``collectives-bench`` command).
 
-Training errors are one line on stderr from rank 0, ``collectives train: error: ...``, and every rank
+Training and ml errors are one line on stderr from rank 0, ``collectives train: error: ...``, and every rank
 exits with status 2 for a usage error, 1 for a data error (collectives.train.errors).  A
 traceback comes too with ``--debug`` or COLLECTIVES_DEBUG=1.  Any other exception is a bug:
 its rank prints that line, then its rank, host and traceback, and aborts the whole launch
@@ -12,7 +12,7 @@ import traceback
 
 from . import config
 
-COMMANDS = ("train", "bench")
+COMMANDS = ("train", "ml", "bench")
 
 
 def _debug(argv):
@@ -36,7 +36,7 @@ def main(argv=None):
     if not argv or argv[0] not in COMMANDS:
         if world.Get_rank() == 0:
             print(f"usage: python -m collectives {{{','.join(COMMANDS)}}} [options]   "
-                  "(train --help, bench --help for the options)", file=sys.stderr)
+                  "(train --help, ml --help, bench --help for the options)", file=sys.stderr)
         return 2
     from . import abort
 
@@ -49,8 +49,11 @@ def main(argv=None):
     from .train.errors import DataError, UsageError
 
     try:
-        from .train.job import main as train
-        return train(argv[1:])
+        if argv[0] == "ml":
+            from .ml.job import main as run
+        else:
+            from .train.job import main as run
+        return run(argv[1:])
     except (UsageError, DataError) as exc:
         # every rank raises the same error (see errors.together): one line is enough
         if world.Get_rank() == 0:

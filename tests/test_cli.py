@@ -154,7 +154,7 @@ def test_success_prints_everything(tmp_path):
 def test_no_command():
     result = subprocess.run([sys.executable, "-m", "collectives"], capture_output=True, text=True, timeout=120,
                             env=clean_env())
-    assert result.returncode == 2 and result.stderr.startswith("usage: python -m collectives {train,bench}")
+    assert result.returncode == 2 and result.stderr.startswith("usage: python -m collectives {train,ml,bench}")
 
 
 def test_bad_checkpoint(tmp_path):
