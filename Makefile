@@ -223,30 +223,30 @@ demo: build
 TRAIN_NPS ?= 1 2 4
 bench-train: build
 	@for n in $(TRAIN_NPS); do \
-	  timeout $(TEST_TIMEOUT) $(MPIEXEC) -n $$n $(PY) bench/train.py $(BENCH_TRAIN_ARGS) || exit 1; \
+	  timeout $(TEST_TIMEOUT) $(MPIEXEC) -n $$n $(PY) -m bench.studies.train $(BENCH_TRAIN_ARGS) || exit 1; \
 	done
 
-# Kernel throughput against the best NumPy expression, one process (bench/kernels.py).
+# Kernel throughput against the best NumPy expression, one process (bench/studies/kernels.py).
 bench-kernels: build
-	$(PY) -m bench.kernels $(BENCH_KERNELS_ARGS)
+	$(PY) -m bench.studies.kernels $(BENCH_KERNELS_ARGS)
 
 # Launch, import and train, L-BFGS to the optimum on the digits at np=4, beside a launch that
-# only imports mpi4py and NumPy (bench/startup.py).
+# only imports mpi4py and NumPy (bench/studies/startup.py).
 bench-startup: build
-	$(PY) -m bench.startup --mpiexec $(MPIEXEC) $(BENCH_STARTUP_ARGS)
+	$(PY) -m bench.studies.startup --mpiexec $(MPIEXEC) $(BENCH_STARTUP_ARGS)
 
-# Time to 1% of the optimum with and without a straggler per synchronisation (bench/stragglers.py),
-# then data servers against partitioned reading (bench/dataservers.py), at np=4.
+# Time to 1% of the optimum with and without a straggler per synchronisation (bench/studies/stragglers.py),
+# then data servers against partitioned reading (bench/studies/dataservers.py), at np=4.
 .PHONY: bench-stragglers
 bench-stragglers: build
-	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m bench.stragglers $(BENCH_STRAGGLERS_ARGS)
-	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m bench.dataservers
+	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m bench.studies.stragglers $(BENCH_STRAGGLERS_ARGS)
+	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m bench.studies.dataservers
 
 clean:
 	rm -rf build collectives/*.so collectives/_kernels.c collectives/_engine.c collectives/_compress.c
 
 # Pipeline bubble against (p-1)/(m+p-1) for GPipe and 1F1B, then seconds per epoch of data, tensor,
-# hybrid and pipeline layouts of the same MLP, at np=4 (bench/pipeline.py).
+# hybrid and pipeline layouts of the same MLP, at np=4 (bench/studies/pipeline.py).
 .PHONY: bench-pipeline
 bench-pipeline: build
-	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m bench.pipeline $(BENCH_PIPELINE_ARGS)
+	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m bench.studies.pipeline $(BENCH_PIPELINE_ARGS)

@@ -94,9 +94,9 @@ def test_launches_and_plot(tmp_path):
     got = _run([COMMAND, "--launches", "2", "-np", "2", "allreduce", "-m", "8:8", "-i", "3", "-a", "auto",
                 "--budget", "0.1", "--results", str(tmp_path), "--wait-fast", "0"], tmp_path)
     assert got.returncode == 0, got.stderr
-    # --wait-fast 0: one real bench.state probe before each launch, whatever it reads.
-    assert got.stderr.count("bench.state: np=2") == 2, got.stderr
-    states = next(line for line in got.stdout.splitlines() if line.startswith("# bench.state before each launch"))
+    # --wait-fast 0: one real state probe before each launch, whatever it reads.
+    assert got.stderr.count("collectives.bench.state: np=2") == 2, got.stderr
+    states = next(line for line in got.stdout.splitlines() if line.startswith("# the state probe before each launch"))
     assert states.split(": ", 1)[1] in {"fast, fast", "fast, slow", "slow, fast", "slow, slow"}, states
     rows = {row[1]: row for row in _data(got.stdout)}
     assert set(rows) == {"native", "default", "auto"}
@@ -122,7 +122,7 @@ def test_tune_quick_writes_a_table_auto_reads(tmp_path):
     got = _run([COMMAND, "tune", "allreduce", "--quick", "--wait-fast", "0", "--base", "", "-o", str(path)],
                tmp_path)
     assert got.returncode == 0, got.stderr
-    assert got.stderr.count("bench.state: np=2") == 1, got.stderr
+    assert got.stderr.count("collectives.bench.state: np=2") == 1, got.stderr
     table = tuning.load(str(path))
     assert table.metadata["launch_states"]["2"] in (["fast"], ["slow"]) and table.metadata["wait_fast_s"] == 0
     # The measured rows (np=2 is the smallest and largest measured) before the table's catch-all.
