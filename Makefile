@@ -42,7 +42,9 @@ export OPENBLAS_NUM_THREADS := 1
 export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 # make build installs the tree into the virtualenv (editable); PYTHONPATH still puts this checkout
-# first, so a git worktree sharing another checkout's virtualenv runs its own code.
+# first, so a git worktree sharing another checkout's virtualenv runs its own code, the benchmark
+# included as the tests import it (bench); the commands, which import collectives.bench, run the
+# code of the checkout the virtualenv's editable install points to.
 export PYTHONPATH := $(CURDIR)
 
 .PHONY: all venv build test test-start test-native test-purepython test-simd test-openmpi test-mpi4py test-large bench bench-launches bench-mpich bench-kernels bench-startup demo bench-train clean
@@ -57,12 +59,13 @@ $(VENV)/.installed: requirements.txt
 
 venv: $(VENV)/.installed
 
-# The extensions build in place, then the tree is installed into the virtualenv in editable mode
-# (collectives, bench and the collectives-bench command), so it imports from any directory.
+# The tree is installed into the virtualenv in editable mode (collectives, bench/ as collectives.bench,
+# the collectives-bench and collectives-train commands), so it imports from any directory; the
+# extensions build in place.
 build: $(VENV)/.editable
 	$(BUILD_ENV) $(PY) setup.py -q build_ext --inplace
 
-$(VENV)/.editable: $(VENV)/.installed setup.py
+$(VENV)/.editable: $(VENV)/.installed setup.py pyproject.toml
 	$(BUILD_ENV) $(PY) -m pip install -q --no-build-isolation --no-deps -e .
 	touch $@
 

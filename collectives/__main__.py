@@ -1,5 +1,5 @@
-"""``python -m collectives <command>``: ``train`` runs the distributed training job, ``bench`` the
-benchmark (the ``collectives-bench`` command).
+"""``python -m collectives <command>``: ``train`` runs the distributed training job (the
+``collectives-train`` command), ``bench`` the benchmark (the ``collectives-bench`` command).
 
 Training errors are one line on stderr from rank 0, ``collectives train: error: ...``, and every rank
 exits with status 2 for a usage error, 1 for a data error (collectives.train.errors).  A
@@ -41,7 +41,7 @@ def main(argv=None):
 
     abort.install()
     if argv[0] == "bench":
-        from bench.cli import main as bench
+        from .bench.cli import main as bench
         return bench(argv[1:])
     prog = f"collectives {argv[0]}"
     debug = _debug(argv)
@@ -59,6 +59,16 @@ def main(argv=None):
         print(f"{prog}: error: internal error on rank {world.Get_rank()}: {type(exc).__name__}: {exc}",
               file=sys.stderr, flush=True)
         abort.abort(type(exc), exc, exc.__traceback__)
+
+
+def train():
+    """The ``collectives-train`` command: ``python -m collectives train``."""
+    return main(["train", *sys.argv[1:]])
+
+
+def bench():
+    """The ``collectives-bench`` command: ``python -m collectives bench``."""
+    return main(["bench", *sys.argv[1:]])
 
 
 if __name__ == "__main__":

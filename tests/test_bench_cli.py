@@ -61,7 +61,7 @@ def test_wait_fast_probes_until_the_fast_state_or_the_limit():
 
 @installed
 def test_import_and_help_from_any_directory(tmp_path):
-    got = _run([sys.executable, "-c", "import collectives, bench.cli; print(collectives.__file__)"], tmp_path)
+    got = _run([sys.executable, "-c", "import collectives.bench.cli; print(collectives.__file__)"], tmp_path)
     assert got.returncode == 0, got.stderr
     for args in ([COMMAND, "--help"], [sys.executable, "-m", "collectives", "bench", "--help"]):
         got = _run(args, tmp_path)
