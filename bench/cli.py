@@ -2,6 +2,7 @@
 
     mpiexec -n 4 collectives-bench allreduce bcast -m 8:64M -i 1000 -x 200 --format osu
     mpiexec -n 2 collectives-bench latency bw bibw -b 1 -e 4M -f 2
+    collectives-bench -np 2 allreduce                          # starts the 2 ranks itself (mpiexec -n 2)
     collectives-bench --launches 5 -np 2 allreduce --quick    # median and spread over 5 launches
     collectives-bench --mpich-algorithms -np 2 allreduce       # best of ours against best of MPICH
     collectives-bench plot bench/results/*.json                # PNG per collective and rank count
@@ -62,10 +63,12 @@ def parser():
     out.add_argument("--no-json", action="store_true", help="do not write the default JSON files")
     out.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     modes = ap.add_argument_group("modes that launch jobs themselves (run without mpiexec)")
+    modes.add_argument("-np", type=int, metavar="N",
+                       help="ranks: alone, outside mpiexec, this command starts N ranks of itself (mpiexec -n N "
+                            "collectives-bench ...); ranks per launch in the two modes below (default 2)")
     modes.add_argument("--launches", type=int, metavar="N", help="run N launches; median and spread of each ratio")
     modes.add_argument("--mpich-algorithms", action="store_true",
                        help="one launch per MPICH algorithm choice; best of ours against best of MPICH")
-    modes.add_argument("-np", type=int, default=2, help="ranks per launch in those modes (default 2)")
     modes.add_argument("--wait-fast", type=float, metavar="SECONDS",
                        help="before each launch in those modes, wait up to SECONDS for the state probe "
                             "(state.py) to read the machine's fast state")
@@ -127,10 +130,31 @@ def main(argv=None):
         for test in args.tests:
             print("\n".join(summarize(test, "_quick" if args.quick else "")))
         return 0
+    if args.np is not None and args.np < 1:
+        ap.error("-np: at least 1 rank")
     if args.launches or args.mpich_algorithms:
         from .launches import main as launches
+        args.np = args.np or 2
         return launches(args, argv)
+    if args.np is not None:
+        return on_ranks(args, argv)
     return measure(args)
+
+
+def on_ranks(args, argv):
+    """``-np N`` without a mode of launches: measure in a launch of N ranks; started alone (one
+    process, no mpiexec around it), launch N ranks of this command and wait for them."""
+    from mpi4py import MPI
+
+    size = MPI.COMM_WORLD.size
+    if size == args.np:
+        return measure(args)
+    if size > 1:
+        raise SystemExit(f"collectives-bench: -np {args.np}, but this launch has {size} ranks: "
+                         f"drop -np, or run mpiexec -n {args.np} collectives-bench ...")
+    from .launches import child_argv, run
+
+    return run(args.np, child_argv(argv))
 
 
 def _progress(line):

@@ -117,6 +117,13 @@ def command(np_, argv):
     return [mpiexec(), *bind, "-n", str(np_), sys.executable, "-m", f"{__package__}.cli", *argv]
 
 
+def run(np_, argv):
+    """Run ``collectives-bench argv`` on ``np_`` ranks, its output as it comes; its exit status."""
+    cmd = command(np_, argv)
+    print(f"[collectives-bench] {' '.join(cmd)}", file=sys.stderr, flush=True)
+    return subprocess.run(cmd, env=_clean_env()).returncode
+
+
 def launch(np_, argv, env=None, timeout=3600, wait=None):
     """Run the benchmark once on ``np_`` ranks; (results list, None) or (None, error text).
     ``wait`` seconds (None: no probe): first wait for the fast state (``wait_fast``); the

@@ -90,6 +90,18 @@ def test_sweep_outputs_parse(tmp_path):
 
 
 @installed
+def test_np_alone_launches_the_ranks(tmp_path):
+    """``collectives-bench -np 2 allreduce`` typed outside mpiexec measures on 2 ranks (it starts
+    them itself); in a launch of another size it stops and says how to run it."""
+    common = ["allreduce", "-m", "8:8", "-i", "2", "-x", "1", "--budget", "0.1", "--no-json", "-q"]
+    got = _run([COMMAND, "-np", "2", *common], tmp_path)
+    assert got.returncode == 0, got.stderr
+    assert "allreduce, float32, np=2 on" in got.stdout and "-n 2" in got.stderr
+    got = mpiexec(2, [COMMAND, "-np", "3", *common], env={"PYTHONPATH": ""}, cwd=tmp_path, timeout=300)
+    assert got.returncode != 0 and "-np 3, but this launch has 2 ranks" in got.stderr, got.stderr
+
+
+@installed
 def test_launches_and_plot(tmp_path):
     got = _run([COMMAND, "--launches", "2", "-np", "2", "allreduce", "-m", "8:8", "-i", "3", "-a", "auto",
                 "--budget", "0.1", "--results", str(tmp_path), "--wait-fast", "0"], tmp_path)
