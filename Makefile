@@ -216,7 +216,7 @@ test-wheel: wheel $(WHEEL_VENV)/.installed
 	  timeout 300 $(CURDIR)/$(WHEEL_VENV)/bin/mpiexec -n 2 $(CURDIR)/$(WHEEL_PY) $(SMOKE)
 	@cd / && for command in collectives-bench collectives-train; do \
 	  env -u PYTHONPATH $(CURDIR)/$(WHEEL_VENV)/bin/$$command --help > /dev/null || exit 1; done
-	@echo "== wheel: $$(cd $(DIST) && ls) installed; --help of both commands from /"
+	@echo "== wheel: $$(cd $(DIST) && echo *) built, the wheel installed; both commands answer --help from /"
 
 site-mpi:
 	@command -v $(SITE_MPICC) > /dev/null || { apt-get update -q && \
