@@ -204,8 +204,7 @@ wheel: $(VENV)/.installed
 	@env -u PYTHONPATH tests/timed.sh "wheel build" $(PY) -m build -q --outdir $(DIST) .
 
 $(WHEEL_VENV)/.installed: requirements.txt
-	$(PYTHON) -m venv $(WHEEL_VENV)
-	$(WHEEL_PY) -m pip install -q $(WHEEL_MPI)
+	@tests/timed.sh "wheel venv" sh -c '$(PYTHON) -m venv $(WHEEL_VENV) && env -u PYTHONPATH $(WHEEL_PY) -m pip install -q $(WHEEL_MPI)'
 	touch $@
 
 test-wheel: wheel $(WHEEL_VENV)/.installed
@@ -223,8 +222,8 @@ site-mpi:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(SITE_PACKAGES); }
 
 $(SITE_VENV)/.installed: requirements.txt
-	$(PYTHON) -m venv $(SITE_VENV)
-	$(SITE_PY) -m pip install -q -c requirements.txt numpy mpi4py scipy
+	@tests/timed.sh "site MPI venv" sh -c '$(PYTHON) -m venv $(SITE_VENV) && \
+	  env -u PYTHONPATH $(SITE_PY) -m pip install -q -c requirements.txt numpy mpi4py scipy'
 	touch $@
 
 test-site-mpi:
