@@ -232,7 +232,7 @@ test-site-mpi:
 	elif ! tests/timed.sh "site MPI apt-get" sh -c '$(MAKE) --no-print-directory site-mpi > build/site-mpi.log 2>&1'; then \
 	  tail -5 build/site-mpi.log; echo "== site MPI: skipped: apt-get could not install $(SITE_PACKAGES)"; \
 	else \
-	  $(MAKE) --no-print-directory $(SITE_VENV)/.installed && \
+	  $(MAKE) -s --no-print-directory $(SITE_VENV)/.installed && \
 	  { env -u PYTHONPATH $(SITE_PY) -m pip uninstall -q -y collectives 2>/dev/null || true; } && \
 	  env -u PYTHONPATH MPICC=$(SITE_MPICC) tests/timed.sh "site MPI build" $(SITE_PY) -m pip install -q -c requirements.txt \
 	    "git+file://$(CURDIR)@$$(git rev-parse HEAD)" && \

@@ -63,6 +63,7 @@ with contextlib.redirect_stdout(io.StringIO()) as measured:
 check(status == 0 and ("# Avg bus bandwidth" in measured.getvalue() or world.rank),
       f"collectives-bench allreduce: {status}")
 if world.rank == 0:
+    library = " ".join(MPI.Get_library_version().splitlines()[0].split(",")[0].split())
     print(f"installed collectives {collectives.__version__} at {os.path.dirname(collectives.__file__)}, "
-          f"{MPI.Get_library_version().splitlines()[0].strip()}, np={world.size}: all-reduce equals MPI's "
+          f"{library}, np={world.size}: all-reduce equals MPI's "
           f"(auto: {explained}); tuning table, digits and benchmark ok")
