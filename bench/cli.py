@@ -2,11 +2,12 @@
 
     mpiexec -n 4 collectives-bench allreduce bcast -m 8:64M -i 1000 -x 200 --format osu
     mpiexec -n 2 collectives-bench latency bw bibw -b 1 -e 4M -f 2
+    collectives-bench -np 2 allreduce                          # starts the 2 ranks itself (mpiexec -n 2)
     collectives-bench --launches 5 -np 2 allreduce --quick    # median and spread over 5 launches
     collectives-bench --mpich-algorithms -np 2 allreduce       # best of ours against best of MPICH
     collectives-bench plot bench/results/*.json                # PNG per collective and rank count
-    collectives-bench tune --np 2:8                            # the auto decision table (bench/tune.py)
-    collectives-bench model                                    # cost model: fit, compare, project (bench/model.py)
+    collectives-bench tune --np 2:8                            # the auto decision table (tune.py)
+    collectives-bench model                                    # cost model: fit, compare, project (model.py)
     collectives-bench --summary                                 # combine earlier JSON results
 
 Sizes: ``-m MIN:MAX`` (OSU) or ``-b MIN -e MAX -f FACTOR`` (nccl-tests), units K, M, G (binary).
@@ -21,32 +22,7 @@ import json
 import os
 import sys
 
-COLLECTIVE_TESTS = ("allreduce", "bcast", "reduce", "allgather", "reduce_scatter", "alltoall", "gather",
-                    "scatter", "barrier")
-P2P_TESTS = ("latency", "bw", "bibw", "exchange")
-
-
-def parse_bytes(text):
-    """Parse 8, 64K, 64Ki, 64KB, 64M, 64MiB as bytes (binary units)."""
-    word = text.strip().upper().removesuffix("B").removesuffix("I")
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(word[-1:], 1)
-    try:
-        value = int(word.rstrip("KMG")) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size in bytes: {text!r} (e.g. 8, 64K, 16M)") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"negative size: {text!r}")
-    return value
-
-
-def parse_range(text):
-    """OSU's ``-m``: ``MIN:MAX`` or ``MAX`` alone, as (min, max) bytes."""
-    lo, _, hi = text.rpartition(":")
-    lo, hi = parse_bytes(lo) if lo else None, parse_bytes(hi)
-    if lo is not None and lo > hi:
-        raise argparse.ArgumentTypeError(f"-m {text}: minimum above maximum")
-    return lo, hi
-
+from .common import COLLECTIVE_TESTS, P2P_TESTS, RESULTS, parse_bytes, parse_range
 
 def parser():
     """The argument parser of the measuring command."""
@@ -82,17 +58,20 @@ def parser():
                      help="auto: nccl-tests for collectives, OSU for point-to-point")
     out.add_argument("--json", metavar="PATH", help="write the results as JSON here")
     out.add_argument("--csv", metavar="PATH", help="write the results as CSV here")
-    out.add_argument("--results", metavar="DIR", help="directory of the default JSON files (default bench/results)")
+    out.add_argument("--results", metavar="DIR",
+                     help=f"directory of the default JSON files (default {RESULTS} under the current directory)")
     out.add_argument("--no-json", action="store_true", help="do not write the default JSON files")
     out.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     modes = ap.add_argument_group("modes that launch jobs themselves (run without mpiexec)")
+    modes.add_argument("-np", type=int, metavar="N",
+                       help="ranks: alone, outside mpiexec, this command starts N ranks of itself (mpiexec -n N "
+                            "collectives-bench ...); ranks per launch in the two modes below (default 2)")
     modes.add_argument("--launches", type=int, metavar="N", help="run N launches; median and spread of each ratio")
     modes.add_argument("--mpich-algorithms", action="store_true",
                        help="one launch per MPICH algorithm choice; best of ours against best of MPICH")
-    modes.add_argument("-np", type=int, default=2, help="ranks per launch in those modes (default 2)")
     modes.add_argument("--wait-fast", type=float, metavar="SECONDS",
-                       help="before each launch in those modes, wait up to SECONDS for bench.state to read "
-                            "the machine's fast state")
+                       help="before each launch in those modes, wait up to SECONDS for the state probe "
+                            "(state.py) to read the machine's fast state")
     modes.add_argument("--summary", action="store_true", help="no measuring: combine earlier JSON results")
     return ap
 
@@ -134,12 +113,8 @@ def size_range(args):
 def main(argv=None):
     """Command line entry point; returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["plot"]:
-        from bench.plot import main as plot
-        return plot(argv[1:])
-    if argv[:1] in (["tune"], ["model"]):
-        module = importlib.import_module(f"bench.{argv[0]}")
-        return module.main(argv[1:])
+    if argv[:1] in (["plot"], ["tune"], ["model"]):
+        return importlib.import_module(f".{argv[0]}", __package__).main(argv[1:])
     ap = parser()
     args = ap.parse_args(argv)
     args.tests = tests_of(args.tests_opt or args.tests, ap)
@@ -151,14 +126,35 @@ def main(argv=None):
     if args.compress and (set(args.compress) - set(COMPRESSORS) or "allreduce" not in args.tests):
         ap.error(f"--compress: names from {', '.join(COMPRESSORS)}, with the allreduce test")
     if args.summary:
-        from bench.collectives import summarize
+        from .harness import summarize
         for test in args.tests:
             print("\n".join(summarize(test, "_quick" if args.quick else "")))
         return 0
+    if args.np is not None and args.np < 1:
+        ap.error("-np: at least 1 rank")
     if args.launches or args.mpich_algorithms:
-        from bench.launches import main as launches
+        from .launches import main as launches
+        args.np = args.np or 2
         return launches(args, argv)
+    if args.np is not None:
+        return on_ranks(args, argv)
     return measure(args)
+
+
+def on_ranks(args, argv):
+    """``-np N`` without a mode of launches: measure in a launch of N ranks; started alone (one
+    process, no mpiexec around it), launch N ranks of this command and wait for them."""
+    from mpi4py import MPI
+
+    size = MPI.COMM_WORLD.size
+    if size == args.np:
+        return measure(args)
+    if size > 1:
+        raise SystemExit(f"collectives-bench: -np {args.np}, but this launch has {size} ranks: "
+                         f"drop -np, or run mpiexec -n {args.np} collectives-bench ...")
+    from .launches import child_argv, run
+
+    return run(args.np, child_argv(argv))
 
 
 def _progress(line):
@@ -169,8 +165,10 @@ def measure(args):
     """Run the sweeps in this MPI launch and print / write the results (rank 0)."""
     from mpi4py import MPI
 
-    from bench import collectives as bench, p2p, report
-    from bench.common import RESULTS, environment, sizes, table, write_json
+    from collectives.comm import NATIVE
+
+    from . import cases, harness, p2p, report
+    from .common import environment, sizes, table, write_json
 
     comm = MPI.COMM_WORLD
     lo, hi, factor = size_range(args)
@@ -185,11 +183,11 @@ def measure(args):
     hosts = " ".join(sorted(set(comm.allgather(MPI.Get_processor_name()))))
     results = []
     for test in args.tests:
-        head = bench.header(comm, test, args.datatype if test in COLLECTIVE_TESTS else "uint8")
+        head = harness.header(comm, test, args.datatype if test in COLLECTIVE_TESTS else "uint8")
         if test in P2P_TESTS:
             result = p2p.sweep(comm, test, size_list, **options)
         else:
-            result = bench.sweep(comm, test, size_list, algorithms=args.algorithm, dtype=args.datatype, op=args.op,
+            result = harness.sweep(comm, test, size_list, algorithms=args.algorithm, dtype=args.datatype, op=args.op,
                                  root=args.root, places=("out", "in") if args.in_place else ("out",),
                                  compress=args.compress, **options)
         result["hosts"] = hosts
@@ -198,20 +196,20 @@ def measure(args):
             continue
         fmt = args.format if args.format != "auto" else ("osu" if test in P2P_TESTS else "nccl")
         lines = head + ({"osu": report.osu, "nccl": report.nccl}[fmt](result) if fmt != "table"
-                        else table(bench.COLUMNS, result["rows"]))
-        packed = [row for row in result["rows"] if row["algorithm"].startswith(bench.COMPRESS_PREFIX)]
+                        else table(harness.COLUMNS, result["rows"]))
+        packed = [row for row in result["rows"] if row["algorithm"].startswith(cases.COMPRESS_PREFIX)]
         if packed:
             lines.append("# compressed all-reduces: median per call over the timed calls, the most of any rank; "
                          "rel.err = max|ours - exact| / max|exact|")
-            lines += ["# " + line.lstrip("#") for line in table(bench.COMPRESSED, packed)]
+            lines += ["# " + line.lstrip("#") for line in table(harness.COMPRESSED, packed)]
         for s in result["skipped"]:
             lines.append(f"# not measured: {s['algorithm']} at {s['size']} B: {s['reason']}")
         if result["summary"]:
             lines.append(f"# summary, {test} np={comm.size}: best correct named algorithm per size; speedup = "
                          f"{result['native']} p50 / best p50; default, auto: {result['native']} p50 / theirs")
-            lines += ["# " + line.lstrip("#") for line in table(bench.SUMMARY, result["summary"])]
+            lines += ["# " + line.lstrip("#") for line in table(harness.SUMMARY, result["summary"])]
         print("\n".join(lines), flush=True)
-        result.update(quick=args.quick, check=False, engine="cython" if bench.NATIVE else "python",
+        result.update(quick=args.quick, check=False, engine="cython" if NATIVE else "python",
                       env=environment(), header=head)
         if not args.no_json:
             suffix = "_quick" if args.quick else ""

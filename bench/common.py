@@ -1,10 +1,9 @@
-"""Small pieces every benchmark here shares: sizes, statistics, tables, the run's environment.
+"""Small pieces every benchmark shares: test names, sizes and their parsing, statistics, tables,
+the run's environment.
 
 Nothing in this module talks to MPI; a benchmark measures, then hands its samples here.
-Benchmarks run as modules (``python -m bench.collectives``) or as scripts; a script in
-``bench/`` has ``bench/`` first on ``sys.path``, where ``bench/collectives.py`` would shadow
-the ``collectives`` package: that file hands such an importer the package instead.
 """
+import argparse
 import datetime
 import functools
 import json
@@ -15,7 +14,12 @@ import sys
 
 import numpy as np
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+# Where results go unless a command is told otherwise: under the current directory (the checkout's
+# bench/results when run from there), never into the installed package.
+RESULTS = os.path.join("bench", "results")
+COLLECTIVE_TESTS = ("allreduce", "bcast", "reduce", "allgather", "reduce_scatter", "alltoall", "gather",
+                    "scatter", "barrier")
+P2P_TESTS = ("latency", "bw", "bibw", "exchange")
 
 # Environment variables that change what a benchmark measures; recorded with every result.
 ENV_KEYS = ("MPIR_CVAR_DEVICE_COLLECTIVES", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
@@ -32,6 +36,28 @@ def sizes(lo, hi, factor):
         at //= factor
     out.append(lo)
     return sorted(set(out))
+
+
+def parse_bytes(text):
+    """Parse 8, 64K, 64Ki, 64KB, 64M, 64MiB as bytes (binary units)."""
+    word = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(word[-1:], 1)
+    try:
+        value = int(word.rstrip("KMG")) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size in bytes: {text!r} (e.g. 8, 64K, 16M)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"negative size: {text!r}")
+    return value
+
+
+def parse_range(text):
+    """OSU's ``-m``: ``MIN:MAX`` or ``MAX`` alone, as (min, max) bytes."""
+    lo, _, hi = text.rpartition(":")
+    lo, hi = parse_bytes(lo) if lo else None, parse_bytes(hi)
+    if lo is not None and lo > hi:
+        raise argparse.ArgumentTypeError(f"-m {text}: minimum above maximum")
+    return lo, hi
 
 
 def human(nbytes):

@@ -1,6 +1,6 @@
 """The path users get: native MPI, the default ``Comm(w)`` (check on) and ``Comm(w, check=False)``.
 
-    mpiexec -n 2 python -m bench.default_path [--reps 30]
+    mpiexec -n 2 python -m collectives.bench.default_path [--reps 30]
 
 Every row times the three contenders interleaved in one launch: each repetition runs a
 batch of calls per contender, in a fresh random order (the same on every rank), after a
@@ -15,7 +15,7 @@ import numpy as np
 from mpi4py import MPI
 
 from collectives import Comm
-from bench.common import environment, human, table
+from .common import environment, human, table
 
 ALLREDUCE_BYTES = (8, 1 << 10, 64 << 10, 1 << 20, 16 << 20)
 
@@ -83,7 +83,7 @@ def main():
                      "default_ran": contenders["default"].last_algorithm})
     if world.rank == 0:
         env = environment()
-        print(f"# bench.default_path: np={world.size}, {env['mpi_library']}, "
+        print(f"# collectives.bench.default_path: np={world.size}, {env['mpi_library']}, "
               f"MPIR_CVAR_DEVICE_COLLECTIVES={env['env']['MPIR_CVAR_DEVICE_COLLECTIVES']}, "
               f"median of {args.reps} interleaved repetitions; x = native / ours")
         columns = [("collective", 34, "s"), ("bytes", 8, "s"), ("native_us", 10, ".2f"),

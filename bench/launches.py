@@ -9,7 +9,7 @@
   instead of silently measuring another), plus MPICH's own default (``auto``); per size, the
   best of MPICH against the best of ours.
 * ``--wait-fast SECONDS`` (both modes, and ``collectives-bench tune``): before each launch, run
-  ``bench.state`` (its probe of the machine's slow state) until it reads the fast state, for
+  the state probe (state.py, of the machine's slow state) until it reads the fast state, for
   at most SECONDS; a launch that starts in the slow state anyway says so on stderr and in the
   JSON file.  On the 2-core machine behind the README one large launch puts the next ones
   into the slow state for a minute or two, so launches run back to back mix the two states.
@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from bench.common import RESULTS, write_json
+from .common import P2P_TESTS, RESULTS, write_json
 
 # MPICH 5.0.2's choices, from `mpivars` (MPIR_CVAR_<COLL>_INTRA_ALGORITHM); the CVAR per collective.
 MPICH_ALGORITHMS = {
@@ -79,9 +79,9 @@ def _clean_env():
 
 
 def probe():
-    """One ``bench.state`` launch on 2 ranks: (fast: bool, its line); a probe that fails to run
+    """One state probe (state.py) on 2 ranks: (fast: bool, its line); a probe that fails to run
     raises SystemExit with its error."""
-    done = subprocess.run([mpiexec(), "-n", "2", sys.executable, "-m", "bench.state"], env=_clean_env(),
+    done = subprocess.run([mpiexec(), "-n", "2", sys.executable, "-m", f"{__package__}.state"], env=_clean_env(),
                           capture_output=True, text=True, timeout=300)
     line = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
     if done.returncode not in (0, 1) or not line:
@@ -110,6 +110,20 @@ def wait_fast(limit, check=probe, sleep=time.sleep, clock=time.monotonic):
         sleep(PROBE_EVERY)
 
 
+def command(np_, argv):
+    """The command line of ``collectives-bench argv`` on ``np_`` ranks, bound to cores (Hydra's
+    and Open MPI's -bind-to) where the cores allow it."""
+    bind = ["-bind-to", "core"] if np_ <= (os.cpu_count() or 1) else []
+    return [mpiexec(), *bind, "-n", str(np_), sys.executable, "-m", f"{__package__}.cli", *argv]
+
+
+def run(np_, argv):
+    """Run ``collectives-bench argv`` on ``np_`` ranks, its output as it comes; its exit status."""
+    cmd = command(np_, argv)
+    print(f"[collectives-bench] {' '.join(cmd)}", file=sys.stderr, flush=True)
+    return subprocess.run(cmd, env=_clean_env()).returncode
+
+
 def launch(np_, argv, env=None, timeout=3600, wait=None):
     """Run the benchmark once on ``np_`` ranks; (results list, None) or (None, error text).
     ``wait`` seconds (None: no probe): first wait for the fast state (``wait_fast``); the
@@ -121,11 +135,8 @@ def launch(np_, argv, env=None, timeout=3600, wait=None):
     clean.update(env or {})
     with tempfile.TemporaryDirectory(prefix="collectives-bench-") as tmp:
         path = os.path.join(tmp, "out.json")
-        # Bound to cores (Hydra's and Open MPI's -bind-to) where the cores allow it.
-        bind = ["-bind-to", "core"] if np_ <= (os.cpu_count() or 1) else []
-        cmd = [mpiexec(), *bind, "-n", str(np_), sys.executable, "-m", "bench.cli", *argv, "-q", "--no-json",
-               "--json", path]
-        done = subprocess.run(cmd, env=clean, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(command(np_, [*argv, "-q", "--no-json", "--json", path]), env=clean,
+                              capture_output=True, text=True, timeout=timeout)
         if done.returncode or not os.path.exists(path):
             # MPICH's error stack ends with the specific reason, after the last "...: ".
             lines = (done.stderr or done.stdout).strip().splitlines()
@@ -186,7 +197,7 @@ def repeat(args, argv):
     lines, records = [], []
     states = [results[0].get("state") for results in runs]
     if any(states):
-        lines.append(f"# bench.state before each launch read: {', '.join(states)}")
+        lines.append(f"# the state probe before each launch read: {', '.join(states)}")
     for t, result in enumerate(runs[0]):
         test = result["collective"]
         ratios = {}
@@ -223,8 +234,6 @@ def repeat(args, argv):
 
 def mpich_sweep(args, argv):
     """``--mpich-algorithms``: per size, the best MPICH choice against the best of ours."""
-    from bench.cli import P2P_TESTS
-
     base = child_argv(argv)
     tests = [t for t in args.tests if t not in P2P_TESTS]
     lines, records, states = [], [], {}

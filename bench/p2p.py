@@ -17,7 +17,10 @@ memory system together, which a ping-pong between two ranks does not show.
 import numpy as np
 from mpi4py import MPI
 
-TESTS = ("latency", "bw", "bibw", "exchange")
+import collectives
+
+from .harness import MALLOC, add_ratios, binding, osu_counts, result_row, validate_and_measure
+
 WINDOW = 64
 TAG = 1
 # OSU's defaults: osu_latency 10000 iterations after 100 warm-up below 8 KiB, 1000 after 10
@@ -115,9 +118,6 @@ def sweep(comm, test, size_list, *, iterations=None, warmup=None, budget=2.0, sa
     exchange; ``MB/s`` is OSU's bandwidth, bytes moved / average time (MB = 10**6 B), and for
     exchange each rank's bytes sent.
     """
-    import collectives
-    from bench.collectives import MALLOC, add_ratios, binding, osu_counts, result_row, validate_and_measure
-
     ours = collectives.Comm(comm, check=False)
     rows = []
     try:

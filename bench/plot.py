@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from bench.common import RESULTS, human
+from .common import RESULTS, human
 
 PANELS = (("busbw(GB/s)", "bus bandwidth (GB/s)", "log"), ("p50(us)", "p50 latency (us)", "log"),
           ("native/ours", "native p50 / ours p50", "linear"))

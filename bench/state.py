@@ -1,7 +1,7 @@
 """Which state the machine is in: MPI's out-of-place Allgather of 1 MiB beside its in-place one.
 
-    mpiexec -n 2 python -m bench.state
-    until mpiexec -n 2 python -m bench.state; do sleep 20; done   # wait for the fast state
+    mpiexec -n 2 python -m collectives.bench.state
+    until mpiexec -n 2 python -m collectives.bench.state; do sleep 20; done   # wait for the fast state
 
 On the 2-core virtual machine the README's figures come from, MPICH 5.0.2's out-of-place
 Allgather of 1 MiB at np=2 took 78-82 us, except for a minute or two after a launch that had
@@ -20,7 +20,7 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-from bench.common import interleaved, stats
+from .common import interleaved, stats
 
 NBYTES = 1 << 20
 REPS = 30
@@ -29,7 +29,7 @@ LIMIT = 3.0
 
 def medians_us(comm, calls, reps=REPS):
     """{name: median microseconds} of each of ``calls`` {name: call}, after three warm-up calls
-    each: ``reps`` rounds in which every call runs once after a Barrier (bench.common's
+    each: ``reps`` rounds in which every call runs once after a Barrier (common.py's
     ``interleaved``, so a passing load falls on both alike), timed on rank 0's clock."""
     for call in calls.values():
         for _ in range(3):
@@ -52,7 +52,8 @@ def slow(out_of_place_us, in_place_us, limit=LIMIT):
 def main(comm=MPI.COMM_WORLD):
     """Measure, print on rank 0, and return the exit status (1: slow state; 2: one rank)."""
     if comm.size < 2:
-        print("bench.state: needs at least 2 ranks (mpiexec -n 2 python -m bench.state)", file=sys.stderr)
+        print("collectives.bench.state: needs at least 2 ranks (mpiexec -n 2 python -m collectives.bench.state)",
+              file=sys.stderr)
         return 2
     p = comm.size
     block = np.ones(NBYTES // 4 // p, np.float32)
@@ -63,7 +64,7 @@ def main(comm=MPI.COMM_WORLD):
     state = slow(out_us, in_us)
     if comm.rank == 0:
         library = " ".join(MPI.Get_library_version().splitlines()[0].split())
-        print(f"bench.state: np={p} {library}: Allgather of "
+        print(f"collectives.bench.state: np={p} {library}: Allgather of "
               f"{NBYTES >> 20} MiB out of place {out_us:.1f} us, in place {in_us:.1f} us, "
               f"ratio {out_us / in_us:.2f}: {'slow' if state else 'fast'} state")
     return int(state)

@@ -4,7 +4,7 @@
     collectives-bench tune --np 2:4 -m 8:1M -o my.json
     COLLECTIVES_TUNING=my.json mpiexec -n 4 python prog.py
 
-One launch per rank count (``bench.launches.launch``, without mpiexec around this command;
+One launch per rank count (``launches.launch``, without mpiexec around this command;
 ``--launches N``: N of them) runs the benchmark sweep of every tuned collective with all
 algorithms forced by name, interleaved in that launch.  Per collective, rank count and size
 the winner is the lowest p50 (or min, ``--stat min``), over several launches the lowest
@@ -23,7 +23,8 @@ import json
 import os
 import sys
 
-from bench.cli import parse_range
+from .common import parse_range, write_json
+from .launches import launch
 
 BASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tuning_base.json")
 # Collectives with more than one algorithm (reduce has one: its row needs no measuring).
@@ -74,8 +75,8 @@ def parser():
                          "'' for none)")
     ap.add_argument("--note", default="", help="text for the table's metadata (e.g. the machine's load)")
     ap.add_argument("--wait-fast", type=float, metavar="SECONDS",
-                    help="before each launch, wait up to SECONDS for bench.state to read the machine's fast "
-                         "state (bench.launches); the table's metadata lists each launch's state")
+                    help="before each launch, wait up to SECONDS for the state probe (state.py) to read the "
+                         "machine's fast state (launches.py); the table's metadata lists each launch's state")
     return ap
 
 
@@ -186,8 +187,6 @@ def build(sweeps, tolerance, metadata, stat="p50", base=None):
 
 def main(argv=None):
     """``collectives-bench tune``: launch the sweeps, write the table; the exit status."""
-    from bench.common import write_json
-    from bench.launches import launch
     from collectives.tuning import load, write
 
     args = parser().parse_args(argv)

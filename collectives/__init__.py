@@ -3,11 +3,13 @@
 ``Comm(mpi_comm)`` wraps an mpi4py communicator and keeps mpi4py's method names; the
 functions in ``collectives.functional`` take and return NumPy arrays.
 """
+import os
 import sys
 
-if sys.argv[:1] == ["-m"]:
-    # Imported by ``python -m collectives ...``: set the runtime defaults (collectives._runtime)
-    # before MPI and NumPy start, as ``make demo`` does.
+if sys.argv[:1] == ["-m"] or os.path.basename(sys.argv[0] if sys.argv else "") in (
+        "collectives-train", "collectives-bench"):
+    # Imported by ``python -m collectives ...`` or by its commands: set the runtime defaults
+    # (collectives._runtime) before MPI and NumPy start, as ``make demo`` does.
     from ._runtime import defaults as _defaults
 
     _defaults()

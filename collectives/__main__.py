@@ -1,5 +1,6 @@
-"""``python -m collectives <command>``: ``train`` runs the distributed training job, ``ml`` the text
-pipeline example (collectives.ml.job), ``bench`` the benchmark (the ``collectives-bench`` command).
+"""``python -m collectives <command>``: ``train`` runs the distributed training job (the
+``collectives-train`` command), ``ml`` the text pipeline example (collectives.ml.job), ``bench``
+the benchmark (the ``collectives-bench`` command).
 
 Training and ml errors are one line on stderr from rank 0, ``collectives train: error: ...``, and every rank
 exits with status 2 for a usage error, 1 for a data error (collectives.train.errors).  A
@@ -42,7 +43,7 @@ def main(argv=None):
 
     abort.install()
     if argv[0] == "bench":
-        from bench.cli import main as bench
+        from .bench.cli import main as bench
         return bench(argv[1:])
     prog = f"collectives {argv[0]}"
     debug = _debug(argv)
@@ -63,6 +64,16 @@ def main(argv=None):
         print(f"{prog}: error: internal error on rank {world.Get_rank()}: {type(exc).__name__}: {exc}",
               file=sys.stderr, flush=True)
         abort.abort(type(exc), exc, exc.__traceback__)
+
+
+def train():
+    """The ``collectives-train`` command: ``python -m collectives train``."""
+    return main(["train", *sys.argv[1:]])
+
+
+def bench():
+    """The ``collectives-bench`` command: ``python -m collectives bench``."""
+    return main(["bench", *sys.argv[1:]])
 
 
 if __name__ == "__main__":

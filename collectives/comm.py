@@ -28,8 +28,8 @@ from .registry import ALGORITHMS, resolve_name
 try:
     from ._dispatch import Engine
 except ImportError as exc:  # pragma: no cover - an install without its extensions
-    raise ImportError(f"collectives: the native extensions are not built ({exc}); run 'make build' "
-                      "or 'pip install .'") from exc
+    raise ImportError(f"collectives: the native extensions did not load ({exc}); build them with "
+                      "'make build' or 'pip install .' against the MPI that mpi4py loads") from exc
 
 
 class Comm:

@@ -6,21 +6,20 @@ import numpy as np
 import pytest
 
 import collectives
-from bench import cli, p2p, report
-from bench import collectives as bench
-from bench.common import sizes
+from bench import cases, cli, harness, p2p, report
+from bench.common import P2P_TESTS, sizes
 
 QUICK = dict(budget=0.0, min_reps=1, sample_s=0.0, iterations=1, warmup=0)
 
 
-@pytest.mark.parametrize("collective", list(bench.SPEC))
+@pytest.mark.parametrize("collective", list(cases.SPEC))
 def test_sweep(mpi_comm, collective):
     # 8 B: fewer elements than ranks for the all-reduce, one per rank where the data splits.
-    result = bench.sweep(mpi_comm, collective, [8], places=("out", "in"), validate=True, **QUICK)
-    counts = bench.counts_for(collective, [8], mpi_comm.size)
-    ours = [bench.DEFAULT, bench.AUTO] + collectives.names(collective) if collective in collectives.ALGORITHMS else []
-    want = [bench.NATIVE_LABEL] + ours
-    places = ["out"] if collective in bench.NO_IN_PLACE else ["out", "in"]
+    result = harness.sweep(mpi_comm, collective, [8], places=("out", "in"), validate=True, **QUICK)
+    counts = cases.counts_for(collective, [8], mpi_comm.size)
+    ours = [cases.DEFAULT, cases.AUTO] + collectives.names(collective) if collective in collectives.ALGORITHMS else []
+    want = [cases.NATIVE_LABEL] + ours
+    places = ["out"] if collective in cases.NO_IN_PLACE else ["out", "in"]
     skipped = {(s["size"], s["algorithm"]) for s in result["skipped"]}
     for count in counts:
         size = count * 4 if collective != "barrier" else 0
@@ -39,17 +38,17 @@ def test_sweep(mpi_comm, collective):
 @pytest.mark.parametrize("collective", ["allreduce", "reduce_scatter", "reduce"])
 def test_dtypes_ops_root(mpi_comm, collective, dtype, op):
     root = mpi_comm.size - 1
-    result = bench.sweep(mpi_comm, collective, [1000], algorithms=["auto"], dtype=dtype, op=op, root=root,
+    result = harness.sweep(mpi_comm, collective, [1000], algorithms=["auto"], dtype=dtype, op=op, root=root,
                          places=("out", "in"), **QUICK)
-    assert {row["algorithm"] for row in result["rows"]} == {bench.NATIVE_LABEL, bench.DEFAULT, bench.AUTO}
+    assert {row["algorithm"] for row in result["rows"]} == {cases.NATIVE_LABEL, cases.DEFAULT, cases.AUTO}
     assert all(row["#wrong"] == 0 for row in result["rows"])
-    assert {row["type"] for row in result["rows"]} == {bench.DTYPES[dtype]}
+    assert {row["type"] for row in result["rows"]} == {cases.DTYPES[dtype]}
     assert {row["root"] for row in result["rows"]} == {root if collective == "reduce" else -1}
 
 
-@pytest.mark.parametrize("collective", [c for c in bench.SPEC if c != "barrier"])
+@pytest.mark.parametrize("collective", [c for c in cases.SPEC if c != "barrier"])
 def test_check_catches_wrong_results(mpi_comm, collective):
-    case = bench.Case(collective, 4 * mpi_comm.size, mpi_comm, "int32")
+    case = cases.Case(collective, 4 * mpi_comm.size, mpi_comm, "int32")
     if case.want is not None and case.prefill is None:  # a rank that receives nothing, or holds
         # the result already (the root of a broadcast), has nothing to check
         assert case.check(lambda: None) == case.want.size
@@ -62,7 +61,7 @@ def test_check_catches_wrong_results(mpi_comm, collective):
 def test_bound_calls_run_what_they_name(mpi_comm, collective):
     # The timed loop's calls (Case.bound): native, auto, and each algorithm by name, every one
     # checked against the exact result and, for ours, by the algorithm the Comm says it ran.
-    case = bench.Case(collective, 4 * mpi_comm.size, mpi_comm, "int32")
+    case = cases.Case(collective, 4 * mpi_comm.size, mpi_comm, "int32")
     ours = collectives.Comm(mpi_comm, check=False)
     try:
         assert case.check(case.bound(mpi_comm)) == 0
@@ -76,16 +75,16 @@ def test_bound_calls_run_what_they_name(mpi_comm, collective):
 def test_failed_row_is_never_timed(mpi_comm, monkeypatch):
     # A contender that computes nothing: its row must carry the wrong count and no time.  The
     # native contender's call is the one bound to the mpi4py communicator itself.
-    bound = bench.Case.bound
+    bound = cases.Case.bound
 
     def tagged(self, comm, **kw):
         call = bound(self, comm, **kw)
         call.native = comm is mpi_comm
         return call
-    monkeypatch.setattr(bench.Case, "bound", tagged)
-    monkeypatch.setattr(bench.Case, "check", lambda self, call: 3 if getattr(call, "native", False) else 0)
-    result = bench.sweep(mpi_comm, "allreduce", [64], algorithms=["auto"], **QUICK)
-    native = [row for row in result["rows"] if row["algorithm"] == bench.NATIVE_LABEL]
+    monkeypatch.setattr(cases.Case, "bound", tagged)
+    monkeypatch.setattr(cases.Case, "check", lambda self, call: 3 if getattr(call, "native", False) else 0)
+    result = harness.sweep(mpi_comm, "allreduce", [64], algorithms=["auto"], **QUICK)
+    native = [row for row in result["rows"] if row["algorithm"] == cases.NATIVE_LABEL]
     assert [row["#wrong"] for row in native] == [3 * mpi_comm.size]
     assert native[0]["p50(us)"] is None and native[0]["busbw(GB/s)"] is None and native[0]["iters"] == 0
     assert result["summary"] == []
@@ -101,12 +100,12 @@ def test_iterations_and_warmup(mpi_comm):
         nonlocal calls
         calls += 1
 
-    samples, batch = bench.measure(mpi_comm, [call], budget=60.0, iterations=7, warmup=3, sample_s=0.0)
+    samples, batch = harness.measure(mpi_comm, [call], budget=60.0, iterations=7, warmup=3, sample_s=0.0)
     assert batch[0] == 1 and len(samples[0]) == 7
     assert calls == 3 + 2 + 7  # warm-up, the two estimating calls, the timed ones
-    assert bench.osu_counts(8) == (1000, 200) and bench.osu_counts(8192) == (100, 10)
-    assert bench.osu_counts(8, 5, 0) == (5, 0)
-    assert bench.osu_counts(8, defaults=p2p.OSU_P2P["latency"]) == (10000, 100)
+    assert harness.osu_counts(8) == (1000, 200) and harness.osu_counts(8192) == (100, 10)
+    assert harness.osu_counts(8, 5, 0) == (5, 0)
+    assert harness.osu_counts(8, defaults=p2p.OSU_P2P["latency"]) == (10000, 100)
 
 
 def test_interleave_order(mpi_comm):
@@ -115,7 +114,7 @@ def test_interleave_order(mpi_comm):
     # would bias it (a rotated fixed order has that fault).
     trace = []
     calls = [lambda j=j: trace.append(j) for j in range(5)]
-    bench.measure(mpi_comm, calls, budget=60.0, iterations=40, warmup=0, sample_s=0.0)
+    harness.measure(mpi_comm, calls, budget=60.0, iterations=40, warmup=0, sample_s=0.0)
     timed = trace[2 * len(calls):]  # after each call's two estimating calls
     assert sorted(timed) == sorted(list(range(5)) * 40)
     assert mpi_comm.allgather(timed) == [timed] * mpi_comm.size
@@ -126,7 +125,7 @@ def test_interleave_order(mpi_comm):
         assert len(before) > 1, (j, before)
 
 
-@pytest.mark.parametrize("test", p2p.TESTS)
+@pytest.mark.parametrize("test", P2P_TESTS)
 def test_p2p(mpi_comm, test):
     if mpi_comm.size < 2:
         with pytest.raises(ValueError, match="at least 2 ranks"):
@@ -154,7 +153,7 @@ def _parse_osu(lines):
 
 
 def test_osu_and_nccl_formats(mpi_comm):
-    result = bench.sweep(mpi_comm, "allreduce", [8, 1024], algorithms=["auto"], places=("out", "in"), **QUICK)
+    result = harness.sweep(mpi_comm, "allreduce", [8, 1024], algorithms=["auto"], places=("out", "in"), **QUICK)
     osu = report.osu(result)
     blocks = [i for i, line in enumerate(osu) if line.startswith("# OSU MPI Allreduce Latency Test")]
     assert len(blocks) == 6  # native, default, auto, out of place and in place
@@ -199,9 +198,9 @@ def test_command_line_sizes():
 
 @pytest.mark.parametrize("names", [["ring"], ["allreduce_ring", "binomial"]])
 def test_named_algorithms(mpi_comm, names):
-    got = [n for n, key, _ in bench.contenders("allreduce", mpi_comm, 100, names)]
+    got = [n for n, key, _ in cases.contenders("allreduce", mpi_comm, 100, names)]
     want = [f"allreduce_{n.removeprefix('allreduce_')}" for n in names]
-    assert got == [bench.NATIVE_LABEL, bench.DEFAULT, bench.AUTO] + [n for n in collectives.names("allreduce")
+    assert got == [cases.NATIVE_LABEL, cases.DEFAULT, cases.AUTO] + [n for n in collectives.names("allreduce")
                                                                     if n in want]
 
 
@@ -225,7 +224,7 @@ def test_state_probe(mpi_comm, capsys):
     assert code in (0, 1) and set(mpi_comm.allgather(code)) == {code}
     if mpi_comm.rank == 0:
         out = capsys.readouterr().out
-        assert f"bench.state: np={mpi_comm.size}" in out
+        assert f"collectives.bench.state: np={mpi_comm.size}" in out
         assert out.rstrip().endswith("slow state" if code else "fast state"), out
 
 
@@ -234,11 +233,11 @@ def test_rows_of_auto_and_default_name_the_algorithm_they_ran(mpi_comm):
     from collectives.registry import decide_for
 
     n = 64 << 10
-    result = bench.sweep(mpi_comm, "allreduce", [n], **QUICK)
+    result = harness.sweep(mpi_comm, "allreduce", [n], **QUICK)
     ran = {row["algorithm"]: row.get("ran") for row in result["rows"]}
     # The registry's choice for the call (COLLECTIVES_ALLREDUCE, if the matrix sets it, names both).
-    for name, checked in ((bench.AUTO, False), (bench.DEFAULT, True)):
+    for name, checked in ((cases.AUTO, False), (cases.DEFAULT, True)):
         assert ran[name] == decide_for("allreduce", None, None, config.get("COLLECTIVES_ALLREDUCE"), mpi_comm.size,
                                        n // 4, n, checked=checked)[0].name
         assert ran[ran[name]] is None  # a row by that name exists, and it is not one of these two
-    assert {name for name, r in ran.items() if r is not None} == {bench.AUTO, bench.DEFAULT}
+    assert {name for name, r in ran.items() if r is not None} == {cases.AUTO, cases.DEFAULT}

@@ -61,7 +61,7 @@ def test_wait_fast_probes_until_the_fast_state_or_the_limit():
 
 @installed
 def test_import_and_help_from_any_directory(tmp_path):
-    got = _run([sys.executable, "-c", "import collectives, bench.cli; print(collectives.__file__)"], tmp_path)
+    got = _run([sys.executable, "-c", "import collectives.bench.cli; print(collectives.__file__)"], tmp_path)
     assert got.returncode == 0, got.stderr
     for args in ([COMMAND, "--help"], [sys.executable, "-m", "collectives", "bench", "--help"]):
         got = _run(args, tmp_path)
@@ -90,13 +90,25 @@ def test_sweep_outputs_parse(tmp_path):
 
 
 @installed
+def test_np_alone_launches_the_ranks(tmp_path):
+    """``collectives-bench -np 2 allreduce`` typed outside mpiexec measures on 2 ranks (it starts
+    them itself); in a launch of another size it stops and says how to run it."""
+    common = ["allreduce", "-m", "8:8", "-i", "2", "-x", "1", "--budget", "0.1", "--no-json", "-q"]
+    got = _run([COMMAND, "-np", "2", *common], tmp_path)
+    assert got.returncode == 0, got.stderr
+    assert "allreduce, float32, np=2 on" in got.stdout and "-n 2" in got.stderr
+    got = mpiexec(2, [COMMAND, "-np", "3", *common], env={"PYTHONPATH": ""}, cwd=tmp_path, timeout=300)
+    assert got.returncode != 0 and "-np 3, but this launch has 2 ranks" in got.stderr, got.stderr
+
+
+@installed
 def test_launches_and_plot(tmp_path):
     got = _run([COMMAND, "--launches", "2", "-np", "2", "allreduce", "-m", "8:8", "-i", "3", "-a", "auto",
                 "--budget", "0.1", "--results", str(tmp_path), "--wait-fast", "0"], tmp_path)
     assert got.returncode == 0, got.stderr
-    # --wait-fast 0: one real bench.state probe before each launch, whatever it reads.
-    assert got.stderr.count("bench.state: np=2") == 2, got.stderr
-    states = next(line for line in got.stdout.splitlines() if line.startswith("# bench.state before each launch"))
+    # --wait-fast 0: one real state probe before each launch, whatever it reads.
+    assert got.stderr.count("collectives.bench.state: np=2") == 2, got.stderr
+    states = next(line for line in got.stdout.splitlines() if line.startswith("# the state probe before each launch"))
     assert states.split(": ", 1)[1] in {"fast, fast", "fast, slow", "slow, fast", "slow, slow"}, states
     rows = {row[1]: row for row in _data(got.stdout)}
     assert set(rows) == {"native", "default", "auto"}
@@ -122,7 +134,7 @@ def test_tune_quick_writes_a_table_auto_reads(tmp_path):
     got = _run([COMMAND, "tune", "allreduce", "--quick", "--wait-fast", "0", "--base", "", "-o", str(path)],
                tmp_path)
     assert got.returncode == 0, got.stderr
-    assert got.stderr.count("bench.state: np=2") == 1, got.stderr
+    assert got.stderr.count("collectives.bench.state: np=2") == 1, got.stderr
     table = tuning.load(str(path))
     assert table.metadata["launch_states"]["2"] in (["fast"], ["slow"]) and table.metadata["wait_fast_s"] == 0
     # The measured rows (np=2 is the smallest and largest measured) before the table's catch-all.

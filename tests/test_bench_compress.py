@@ -1,8 +1,7 @@
 """collectives-bench --compress: compressed all-reduce rows with their bytes, phase times and error."""
 import pytest
 
-from bench import cli
-from bench import collectives as bench
+from bench import cli, harness
 from collectives.compression import chunks
 
 QUICK = dict(budget=0.0, min_reps=1, sample_s=0.0, iterations=2, warmup=0)
@@ -10,7 +9,7 @@ QUICK = dict(budget=0.0, min_reps=1, sample_s=0.0, iterations=2, warmup=0)
 
 def test_compressed_rows(mpi_comm):
     p, n = mpi_comm.size, 4096
-    result = bench.sweep(mpi_comm, "allreduce", [4 * n], algorithms=["ring"], compress=["int8", "randk"], **QUICK)
+    result = harness.sweep(mpi_comm, "allreduce", [4 * n], algorithms=["ring"], compress=["int8", "randk"], **QUICK)
     rows = {row["algorithm"]: row for row in result["rows"]}
     int8, randk = rows["compress:int8"], rows["compress:randk"]
     # int8 (buckets of 512): every rank sends p - 1 chunk payloads in each phase; the biggest chunk

@@ -230,19 +230,19 @@ def test_ranks_of():
             ranks_of(bad)
 
 
-# The testbed model (bench/model.py): schedules walked over a node map, against hand-computed
+# The testbed model (bench/simulate.py): schedules walked over a node map, against hand-computed
 # times.  Intra-node (a, b) and inter-node (IA, IB) differ, so a wrong link type shows.
 a, b, IA, IB = 20e-6, 0.1e-9, 40e-6, 8e-9
 
 
 def _links(gamma=G, burst=0, fast=0.0):
-    from bench.model import Links
+    from bench.simulate import Links
 
     return Links((a, b), (IA, IB), gamma, burst, fast)
 
 
 def test_ring_on_two_nodes_of_two_by_hand():
-    from bench.model import predict
+    from bench.simulate import predict
 
     n = 1 << 20
     # 0 -> 1 and 2 -> 3 stay on a node, 1 -> 2 and 3 -> 0 cross a link each way, one message
@@ -251,7 +251,7 @@ def test_ring_on_two_nodes_of_two_by_hand():
 
 
 def test_recursive_doubling_on_two_nodes_of_two_shares_the_link():
-    from bench.model import predict
+    from bench.simulate import predict
 
     n = 1 << 20
     # Distance 1 stays on the node; at distance 2 both ranks of a node cross its link at once,
@@ -263,7 +263,7 @@ def test_recursive_doubling_on_two_nodes_of_two_shares_the_link():
 @pytest.mark.parametrize("name", ["allreduce_ring", "allreduce_recursive_doubling", "allreduce_rabenseifner"])
 @pytest.mark.parametrize("p", [2, 4, 8])
 def test_one_rank_per_node_is_the_header_cost(name, p):
-    from bench.model import predict
+    from bench.simulate import predict
 
     n = 3 << 20  # divisible by every block count here
     # The header leaves out recursive doubling's final copy out of scratch (one more pass).
@@ -273,7 +273,7 @@ def test_one_rank_per_node_is_the_header_cost(name, p):
 
 @pytest.mark.parametrize("name", ["allreduce_hierarchical", "allreduce_node_leader"])
 def test_node_aware_lanes_share_the_link(name):
-    from bench.model import Links, predict
+    from bench.simulate import Links, predict
 
     n = 1 << 22
     # Free shared memory and start-ups: only the bytes each node's link carries remain, n
@@ -285,7 +285,7 @@ def test_node_aware_lanes_share_the_link(name):
 
 
 def test_token_bucket_by_hand():
-    from bench.model import walk
+    from bench.simulate import walk
 
     burst, fast, n = 256 << 10, 1e-9, 1 << 20
     two = {0: [[[(1, n)], [(1, n)], 0]] * 2, 1: [[[(0, n)], [(0, n)], 0]] * 2}
@@ -298,7 +298,7 @@ def test_token_bucket_by_hand():
 
 
 def test_token_bucket_is_per_message_within_the_burst():
-    from bench.model import walk
+    from bench.simulate import walk
 
     burst, fast, n = 256 << 10, 1e-9, 64 << 10
     # Two pairs across one link (ranks 0, 1 on node 0; 2, 3 on node 1): within the bucket each
@@ -314,7 +314,7 @@ def test_token_bucket_is_per_message_within_the_burst():
 
 
 def test_shared_memory_pipeline_by_hand():
-    from bench.model import Links, allreduce_rounds, walk
+    from bench.simulate import Links, allreduce_rounds, walk
 
     first, later, eager = 50e-6, 10e-6, 8064
     links = Links((a, b), (IA, IB), 0.0, step=(first, later), eager=eager)
@@ -332,7 +332,7 @@ def test_shared_memory_pipeline_by_hand():
 
 
 def test_fixed_cost_by_hand():
-    from bench.model import fixed_cost, predict
+    from bench.simulate import fixed_cost, predict
 
     small, n, measured = 4096, 1 << 20, 1e-3
     # The ring on 2 x 2 (test_ring_on_two_nodes_of_two_by_hand): 6 steps of a quarter each.
@@ -343,7 +343,7 @@ def test_fixed_cost_by_hand():
 
 
 def test_unmatched_schedules_are_refused():
-    from bench.model import walk
+    from bench.simulate import walk
 
     with pytest.raises(ValueError, match="do not match"):
         walk({0: [[[(1, 8)], [], 0]], 1: [[[], [], 0]]}, [0, 1], _links())
@@ -379,7 +379,7 @@ def hand_table(tmp_path, monkeypatch):
 
 
 def test_hierarchical_rounds_by_hand(hand_table):
-    from bench.model import allreduce_rounds
+    from bench.simulate import allreduce_rounds
 
     # count 10: blocks of 5 elements (20 B).  Reduce-scatter in the node (recursive halving):
     # swap the other's block and combine it; the lane all-reduce of the block (recursive
@@ -400,7 +400,7 @@ def test_hierarchical_rounds_by_hand(hand_table):
 
 
 def test_node_leader_rounds_by_hand(hand_table):
-    from bench.model import allreduce_rounds
+    from bench.simulate import allreduce_rounds
 
     # count 10 (40 B): local rank 1 sends its vector to the leader, which combines it (binomial
     # reduce); the leaders 0 and 2 swap and combine (recursive doubling, 2 copies back too);
@@ -414,7 +414,7 @@ def test_node_leader_rounds_by_hand(hand_table):
 @pytest.mark.parametrize("name", ["allreduce_hierarchical", "allreduce_node_leader"])
 @pytest.mark.parametrize("nodes, k", [(4, 1), (1, 4), (2, 1)])
 def test_node_aware_rounds_need_several_nodes_of_several_ranks(name, nodes, k):
-    from bench.model import allreduce_rounds
+    from bench.simulate import allreduce_rounds
 
     with pytest.raises(ValueError, match="several nodes of several ranks"):
         allreduce_rounds(name, nodes, k, 10)

@@ -1,10 +1,10 @@
-"""The fault-injection suite: each case of bench/faults.py is a job of its own that must end
-within bench.faults.BOUND_S seconds with a non-zero exit status and its expected message,
+"""The fault-injection suite: each case of tests/faults.py is a job of its own that must end
+within faults.BOUND_S seconds with a non-zero exit status and its expected message,
 never hang.  Checkpoint faults (a write interrupted by SIGKILL, SIGTERM then resume) are in
 tests/test_checkpoint.py."""
 import pytest
 
-from bench import faults
+from tests import faults
 from tests.launch import OPEN_MPI, own_jobs
 
 pytestmark = own_jobs

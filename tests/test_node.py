@@ -99,8 +99,8 @@ def _equal(got, want, what):
 @pytest.mark.parametrize("algorithm", NODE_ALGORITHMS)
 def test_node_allreduce_makes_the_phases_it_describes(monkeypatch, algorithm, spec, dtype, in_place):
     """The run's calls on the node communicators are the module's ``phases``; the schedules they
-    plan are the rounds bench/model.py walks for this rank; the result is native MPI's."""
-    from bench.model import allreduce_rounds, rounds
+    plan are the rounds bench/simulate.py walks for this rank; the result is native MPI's."""
+    from bench.simulate import allreduce_rounds, rounds
 
     world = MPI.COMM_WORLD
     try:

@@ -135,7 +135,7 @@ def test_bad_layouts(comm):
 def test_schedule_bubble_is_the_theory(name):
     """Replayed with equal stages (backward twice the forward) and free messages, GPipe and 1F1B idle
     exactly (p - 1) / (m + p - 1) of the time: neither schedule serialises more than it must."""
-    from bench.pipeline import replay
+    from collectives.parallel.pipeline import replay
 
     for p in range(1, 9):
         for m in (1, 2, 4, 7, 16):

@@ -21,7 +21,7 @@ from mpi4py import MPI
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import collectives  # noqa: E402  (the repository root is put on sys.path just above)
-from bench.cli import parse_bytes  # noqa: E402
+from bench.common import parse_bytes  # noqa: E402
 from bench.net.measure import RESULTS, exact_input, layout  # noqa: E402
 from collectives import compression  # noqa: E402
 

@@ -5,7 +5,7 @@
         bench/results/net_1gbit_2x2_launch{1,2,3}.json
 
 Run by bench_net.sh on the host after a layout's measure.py launches.  Each algorithm's time is
-bench/model.py's ``predict``: its own schedule walked over the node map, so steps within a
+bench/simulate.py's ``predict``: its own schedule walked over the node map, so steps within a
 node pay the shared-memory alpha and beta and the messages of one step that leave or enter a
 node share that node's link, through tbf's token bucket; plus the call's fixed cost.
 Parameters, all from the file (the same launch as the cells, none from the cells themselves):
@@ -15,7 +15,7 @@ Parameters, all from the file (the same launch as the cells, none from the cells
 * inter-node alpha: the intercept of a least-squares line through the exchange's train (back
   to back up to 8 KiB, as a schedule's steps run, no Barrier skew; older files: through the
   single exchanges up to half the burst);
-* the in-burst beta, per message (bench/model.py, the comment above ``Links``): the slope of a
+* the in-burst beta, per message (bench/simulate.py, the comment above ``Links``): the slope of a
   least-squares line through the single exchanges from IN_BURST_FROM to the burst (one
   message each way on each link, so the bucket holds all of it), the sizes of the 64 KiB
   cells' steps, kept within 0 .. beta.  Up to half the burst the line rested on 4 .. 64 KiB
@@ -37,7 +37,7 @@ Parameters, all from the file (the same launch as the cells, none from the cells
 * the burst: testbed.sh's ``tbf ... burst 256kb`` in payload bytes;
 * gamma: measure.py's float32 sum kernel on every rank at once (bench/model.py's fit_gamma,
   one process here, for older files without it);
-* each algorithm's fixed cost (bench/model.py's ``fixed_cost``): its time measured at 4 KiB in
+* each algorithm's fixed cost (bench/simulate.py's ``fixed_cost``): its time measured at 4 KiB in
   the same launch (measure.py's fixed_costs, 16x below the smallest cell predicted) less the
   walk's time there with the parameters above; 0 for older files without those calls.
 
@@ -62,8 +62,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from bench.model import (  # noqa: E402  (the repository root is put on sys.path just above)
-    EAGER as INTRA_EAGER, LARGE, PIPELINE_FIT as PIPELINE, Links, fit_gamma, fixed_cost, predict, walk)
+from bench.model import EAGER as INTRA_EAGER, LARGE, PIPELINE_FIT as PIPELINE, fit_gamma  # noqa: E402
+from bench.simulate import Links, fixed_cost, predict, walk  # noqa: E402  (the repository root is on sys.path)
 
 # testbed.sh's tbf burst (256kb: KiB in tc's units) as TCP payload: a 1500-byte MTU frame of
 # 1514 bytes on the wire carries 1448 bytes (timestamps on).

@@ -11,7 +11,7 @@ Composed from collectives' own Reduce_scatter, Allreduce and Allgatherv on the n
 communicators (collectives.node) rather than written as one schedule: the single-schedule
 executor runs on one communicator, and each phase is an existing collective whose own
 ``auto`` choice fits its size.  ``phases`` gives the calls as data (collectives.node.Phase):
-the run makes exactly those, and bench/model.py's testbed model walks them.
+the run makes exactly those, and bench/simulate.py's testbed model walks them.
 
 Restrictions: the same number of ranks on every node (the lanes all-reduce equal blocks).
 
@@ -45,7 +45,7 @@ def phases(count, k, local, in_place=False):
     """The Phases (collectives.node) of local rank ``local`` of a node of ``k`` all-reducing
     ``count`` elements, in order; the same ``in_place`` or not (the reduce-scatter reads the
     input where it lies).  Cached: the run reads them on every call, the model
-    (bench/model.py) walks them."""
+    (bench/simulate.py) walks them."""
     # blocks() splits as np.array_split would, without the index array (32 MiB of int64 at
     # 16 MiB of float32, 13-25 ms a call on the testbed's loaded cores).
     counts, displs = blocks(count, k)

@@ -7,7 +7,7 @@ and forming lane 0, all-reduce; each leader broadcasts the result in its node.
 Composed from collectives' own Reduce, Allreduce and Bcast on the node's communicators
 (collectives.node), each phase with its own ``auto`` choice: the single-schedule executor
 runs on one communicator.  ``phases`` gives the calls as data (collectives.node.Phase): the
-run makes exactly those, and bench/model.py's testbed model walks them.
+run makes exactly those, and bench/simulate.py's testbed model walks them.
 
 Restrictions: none (nodes may hold different numbers of ranks).  Only one rank per node
 talks between nodes, so for large n the hierarchical all-reduce, which spreads that traffic
@@ -41,7 +41,7 @@ def phases(count, k, local, in_place=False):
     """The Phases (collectives.node) of local rank ``local`` of a node of ``k`` all-reducing
     ``count`` elements, ``in_place`` or not, in order: the leaders' all-reduce on lane 0 is the
     leader's alone; the same for any ``k``.  Cached: the run reads them on every call, the
-    model (bench/model.py) walks them."""
+    model (bench/simulate.py) walks them."""
     leader = local == 0
     reduce = Phase("Reduce", "intra", count, root=0, in_place=in_place and leader)
     bcast = Phase("Bcast", "intra", count, root=0)

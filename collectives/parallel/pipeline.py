@@ -10,9 +10,9 @@ a synchronous schedule, the bubble, is (p - 1) / (m + p - 1).
 Schedules are data: ``schedule(name, stages, stage, micro)`` lists one stage's steps, compute
 (``forward m``, ``backward m``, ``update m``) and blocking communication (``send``, ``recv``,
 and ``sendrecv`` for a send and a receive with the same neighbour posted together), which the
-runtime executes as they stand and ``as_schedule`` turns into a collectives.schedule.Schedule
-for the symbolic deadlock checker (tests/test_schedules.py, blocking sends modelled as
-unbuffered too).
+runtime executes as they stand, ``replay`` times on dedicated cores (the bubble a schedule
+implies), and ``as_schedule`` turns into a collectives.schedule.Schedule for the symbolic
+deadlock checker (tests/test_schedules.py, blocking sends modelled as unbuffered too).
 
 * ``gpipe``: every micro-batch forward, then every one backward, then one synchronous update
   (the trainer's optimizer step on the summed gradient);
@@ -82,6 +82,33 @@ def schedule(name, stages, stage, micro, fuse=True):
         else:
             fused.append(step)
     return fused
+
+
+def replay(name, stages, micro, cost):
+    """The bubble schedule ``name`` implies on dedicated cores: its steps replayed with ``cost[s][kind]``
+    seconds per compute step of stage s and free messages; the mean over the stages of the idle share."""
+    steps = [schedule(name, stages, s, micro) for s in range(stages)]
+    clock, at, sent = [0.0] * stages, [0] * stages, {}
+    moved = True
+    while moved:
+        moved = False
+        for s in range(stages):
+            while at[s] < len(steps[s]):
+                kind, *rest = steps[s][at[s]]
+                if kind in cost[s]:
+                    clock[s] += cost[s][kind]
+                else:
+                    for what, j, q in {"send": [rest], "sendrecv": rest[:1]}.get(kind, []):
+                        sent.setdefault((what, j, s, q), clock[s])  # posted once, even if its receive waits
+                    wanted = [(what, j, q, s) for what, j, q in {"recv": [rest], "sendrecv": rest[1:]}.get(kind, [])]
+                    if any(key not in sent for key in wanted):
+                        break
+                    clock[s] = max([clock[s]] + [sent[key] for key in wanted])
+                at[s] += 1
+                moved = True
+    span = max(clock)
+    return float(np.mean([1 - sum(cost[s][k] * sum(step[0] == k for step in steps[s]) for k in cost[s]) / span
+                          for s in range(stages)]))
 
 
 def as_schedule(s, steps, micro):

@@ -7,7 +7,7 @@ output buffers that swap between them every repetition; the table gives GB/s of 
 of median times (native / NumPy speed-up).  Ratios within one launch are the meaningful
 figure on a shared machine.  Targets from the issue are checked at the end.
 
-    python -m bench.kernels [--sizes 64K,1M,64M] [--kernels int8,topk] [--time 0.3] [--json out]
+    python -m bench.studies.kernels [--sizes 64K,1M,64M] [--kernels int8,topk] [--time 0.3] [--json out]
 """
 import argparse
 import json

@@ -1,6 +1,6 @@
 """The cost of reproducible training (``--reproducible``) against the default mode.
 
-Run under mpiexec at each rank count, e.g. ``mpiexec -n 4 python -m bench.reproducible``.
+Run under mpiexec at each rank count, e.g. ``mpiexec -n 4 python -m bench.studies.reproducible``.
 Problem: the bundled digits (1438 training rows, 64 features, 10 classes), standardised,
 lambda = 1e-3.  Both modes run interleaved in one launch (default, reproducible, default, ...)
 so a shared machine's load falls on both alike; the table gives the median seconds of

@@ -1,7 +1,7 @@
 """What the stall watchdog costs when it does not fire: all-reduce latency with no timeout
 against a generous one (``Comm(comm, timeout=3600)``), interleaved in one launch.
 
-Run under mpiexec, e.g. ``mpiexec -n 2 python -m bench.watchdog``.  For each size and each
+Run under mpiexec, e.g. ``mpiexec -n 2 python -m bench.studies.watchdog``.  For each size and each
 configuration (argument check on, as users get ``Comm``; off), the contenders alternate in
 rounds of ``--calls`` timed calls; the table gives the median per-call microseconds over the
 rounds and the ratio watched / unwatched (below 1: the watched one was faster).  Native MPI
@@ -32,7 +32,7 @@ def per_call(comm, x, calls):
 
 def main(argv=None):
     """Print the table on rank 0."""
-    parser = argparse.ArgumentParser(prog="python -m bench.watchdog", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.studies.watchdog", description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=200, help="timed calls per round")
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args(argv)

@@ -1,7 +1,7 @@
 """Time to accuracy with and without a straggler: BSP, SSP at several tau, asynchronous PS,
 local SGD and gossip.
 
-Run under mpiexec, e.g. ``mpiexec -n 4 python -m bench.stragglers``.  Problem: softmax
+Run under mpiexec, e.g. ``mpiexec -n 4 python -m bench.studies.stragglers``.  Problem: softmax
 regression on the bundled digits (all 1797 rows, standardised, lambda = 1e-3), SGD with
 lr 0.01, momentum 0.99, global batch 32 (within 1% of F* in about 32 epochs synchronously);
 F* from scipy's L-BFGS-B.  Each mode runs without a straggler, with rank 1 (a worker in
@@ -35,8 +35,8 @@ from collectives import Comm
 from collectives.train.data import DIGITS
 from collectives.train.job import make_trainer, prepare
 
-from .common import interleaved, table
-from .train import optimum
+from bench.common import interleaved, table
+from bench.studies.train import optimum
 
 SGD = dict(optimizer="sgd", lr=0.01, momentum=0.99, batch=32)
 RUNS = {

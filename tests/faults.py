@@ -1,6 +1,6 @@
 """Fault injection: each case is a real mpiexec launch that must end in a clear, rank-attributed
 error and a non-zero exit, never a hang.  Prints the markdown table of the README
-(``python -m bench.faults``; ``--repeat K`` runs each case K times and gives the range).
+(``python -m tests.faults`` from the repository; ``--repeat K`` runs each case K times and gives the range).
 
 Programs run under ``python -m collectives.run`` (abort on an uncaught exception), with the
 stall watchdog at ``TIMEOUT`` seconds where a case needs it.  tests/test_faults.py runs the
@@ -136,7 +136,7 @@ def message(name, output):
 
 def main(argv=None):
     """Run every case (``--repeat`` times) and print the markdown table."""
-    parser = argparse.ArgumentParser(prog="python -m bench.faults", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.faults", description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("cases", nargs="*", default=[c for c in CASES if not (OPEN_MPI and c in HYDRA_ONLY)])
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """Pipeline bubble against theory, and time per epoch of data, tensor and pipeline parallelism.
 
-Run under mpiexec, e.g. ``mpiexec -n 4 python -m bench.pipeline``.  Two tables, contenders
+Run under mpiexec, e.g. ``mpiexec -n 4 python -m bench.studies.pipeline``.  Two tables, contenders
 interleaved ``--repeats`` times in one launch, cells medians (a shared machine: compare
 ratios, and above 2 ranks on 2 cores the ranks are oversubscribed, so a waiting stage's core
 goes to another stage and the measured bubble is a lower bound of an idle share).
@@ -30,38 +30,10 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from bench.common import interleaved, table
 from collectives import Comm
-from collectives.parallel.pipeline import PipelineMLP, schedule
+from collectives.parallel.pipeline import PipelineMLP, replay
 from collectives.train.job import main as train
-
-from .common import interleaved, table
-
-
-def replay(name, stages, micro, cost):
-    """The bubble schedule ``name`` implies on dedicated cores: its steps replayed with ``cost[s][kind]``
-    seconds per compute step of stage s and free messages; the mean over the stages of the idle share."""
-    steps = [schedule(name, stages, s, micro) for s in range(stages)]
-    clock, at, sent = [0.0] * stages, [0] * stages, {}
-    moved = True
-    while moved:
-        moved = False
-        for s in range(stages):
-            while at[s] < len(steps[s]):
-                kind, *rest = steps[s][at[s]]
-                if kind in cost[s]:
-                    clock[s] += cost[s][kind]
-                else:
-                    for what, j, q in {"send": [rest], "sendrecv": rest[:1]}.get(kind, []):
-                        sent.setdefault((what, j, s, q), clock[s])  # posted once, even if its receive waits
-                    wanted = [(what, j, q, s) for what, j, q in {"recv": [rest], "sendrecv": rest[1:]}.get(kind, [])]
-                    if any(key not in sent for key in wanted):
-                        break
-                    clock[s] = max([clock[s]] + [sent[key] for key in wanted])
-                at[s] += 1
-                moved = True
-    span = max(clock)
-    return float(np.mean([1 - sum(cost[s][k] * sum(step[0] == k for step in steps[s]) for k in cost[s]) / span
-                          for s in range(stages)]))
 
 
 def bubble(comm, name, micro, width, rows):

@@ -1,6 +1,6 @@
 """Training throughput with data servers (``--data-servers K``) against partitioned reading.
 
-Run under mpiexec, e.g. ``mpiexec -n 4 python -m bench.dataservers``.  Problem: the bundled
+Run under mpiexec, e.g. ``mpiexec -n 4 python -m bench.studies.dataservers``.  Problem: the bundled
 digits (1438 training rows, 64 features, 10 classes), standardised, synchronous SGD with the
 same seed, so every contender trains on the same minibatches.  Partitioned reading uses
 every rank as a worker; K data servers leave size - K workers, which receive each step's rows
@@ -26,7 +26,7 @@ from collectives import Comm
 from collectives.train.data import DIGITS
 from collectives.train.job import make_trainer, prepare
 
-from .common import interleaved, table
+from bench.common import interleaved, table
 
 RUNS = {
     "softmax b=32": dict(optimizer="sgd", lr=0.01, momentum=0.9, batch=32, epochs=20),

@@ -1,0 +1,13 @@
+"""Studies: one-off measurements behind claims in the README, run from the repository
+(``mpiexec -n 4 python -m bench.studies.<name>``, or the make target named), not installed.
+
+* dataservers: training throughput with data servers against partitioned reading (make bench-stragglers).
+* kernels: the native kernels' throughput against the best NumPy expression (make bench-kernels).
+* pipeline: the pipeline bubble against theory; seconds per epoch of data, tensor, hybrid and
+  pipeline layouts of one MLP (make bench-pipeline).
+* reproducible: seconds per epoch of reproducible training against the default mode.
+* startup: end-to-end time of a short training job against an empty launch (make bench-startup).
+* stragglers: time to accuracy with and without a straggler, by synchronisation model (make bench-stragglers).
+* train: time to the optimum per optimizer and synchronisation (make bench-train).
+* watchdog: all-reduce latency with the stall watchdog armed against without it.
+"""
