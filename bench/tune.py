@@ -163,7 +163,7 @@ def build(sweeps, tolerance, metadata, stat="p50", base=None):
     """The Table from {rank count: [result records of the benchmark]}, followed by the rows of
     the Table ``base`` (the choices where nothing was measured: more ranks, other collectives);
     without a base, a collective without measurements gets its first algorithm."""
-    from collectives.registry import ALGORITHMS
+    from collectives.registry import ALGORITHMS, flat_name
     from collectives.tuning import FORMAT, parse
 
     per = {}
@@ -182,12 +182,13 @@ def build(sweeps, tolerance, metadata, stat="p50", base=None):
     collectives = {c: fused.get(c, []) + table_rows(per.get(c, {}))
                    + [r for r in fallback.get(c, []) if r not in fused.get(c, [])] for c in ALGORITHMS}
     return parse({"format": FORMAT, "metadata": dict(metadata, winners=points), "collectives": collectives},
-                 "<tune>")
+                 flat_name, "<tune>")
 
 
 def main(argv=None):
     """``collectives-bench tune``: launch the sweeps, write the table; the exit status."""
-    from collectives.tuning import load, write
+    from collectives.registry import load_table
+    from collectives.tuning import write
 
     args = parser().parse_args(argv)
     unknown = [c for c in args.collectives if c not in TUNED]
@@ -199,7 +200,7 @@ def main(argv=None):
     sweep = [*args.collectives, "-m", f"{lo or 8}:{hi}", "-f", str(factor), "-a", "all", "--budget", str(budget),
              "-x", "3"]
     sweeps, states, cores = {}, {}, os.cpu_count() or 1
-    base = load(args.base) if args.base else None
+    base = load_table(args.base) if args.base else None
     for np_ in range(nlo, nhi + 1):
         if args.source:
             path = os.path.join(args.source, f"tune_np{np_}.json")

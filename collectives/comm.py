@@ -6,7 +6,7 @@ implemented here is looked up on the wrapped communicator, so an existing mpi4py
 switches over by wrapping its communicator and nothing else.
 
 This module is the method table and holds no logic of a collective: each method hands its
-arguments to the Comm's ``collectives._dispatch.Engine``, which describes the call (the same
+arguments to the Comm's ``collectives._dispatch.Dispatcher``, which describes the call (the same
 description for every call form: blocking, nonblocking, functional), selects and plans it
 (``collectives.plans``), agrees on it across ranks when ``check`` is on and runs it; a call
 no algorithm covers runs MPI's own collective on the private duplicate, where it keeps its
@@ -26,7 +26,7 @@ from .executor import NATIVE, TAG
 from .registry import ALGORITHMS, resolve_name
 
 try:
-    from ._dispatch import Engine
+    from ._dispatch import Dispatcher
 except ImportError as exc:  # pragma: no cover - an install without its extensions
     raise ImportError(f"collectives: the native extensions did not load ({exc}); build them with "
                       "'make build' or 'pip install .' against the MPI that mpi4py loads") from exc
@@ -80,7 +80,7 @@ class Comm:
         self._owned = False  # whether Free also frees ``comm`` (made by Dup, Split, ...)
         self._timeout, self._on_timeout = timeout, on_timeout
         nodes = node.discover(self._coll, self._env.node, self._child) if _nodes is None else _nodes
-        self._engine = Engine(self._coll, self._env, check, timeout, on_timeout, self.algorithms, nodes,
+        self._engine = Dispatcher(self._coll, self._env, check, timeout, on_timeout, self.algorithms, nodes,
                               plans.make, [TAG[c] for c in ALGORITHMS], not NATIVE)
 
     def _child(self, made):

@@ -203,6 +203,21 @@ def select_node(collective, requested, nbytes, uniform):
     return None
 
 
+def flat_name(collective, name):
+    """The full name of a flat algorithm of ``collective`` (a row of its table, or its fused
+    form) that ``name`` gives; ValueError saying why it is none."""
+    full = resolve_name(collective, name)
+    if full == "auto" or full not in names(collective) + [FUSED[collective].name]:
+        raise ValueError(f"{name!r} is not a flat {collective} algorithm")
+    return full
+
+
+def load_table(path):
+    """The decision table in the JSON file ``path``, its algorithm names checked against this
+    registry; tuning.TuningError naming the file and the problem."""
+    return tuning.load(path, flat_name)
+
+
 def names(collective):
     """Every algorithm name of ``collective``, in table order."""
     return [a.name for a in ALGORITHMS[collective]]
@@ -250,7 +265,7 @@ def decide(collective, requested, size, count, nbytes, uniform=True, source="req
             return algo, f"{name} ({source})"
         log.info("collectives: %s does not apply (%s); falling back to auto", name, reason)
         fell_back = f"{name} ({source}) does not apply: {reason}; "
-    table = tuning.active(config.get("COLLECTIVES_TUNING") if table is None else table)
+    table = tuning.active(config.get("COLLECTIVES_TUNING") if table is None else table, flat_name)
     skipped = []
     rows = table.lookup(collective, size, nbytes)
     spread = SPREAD_AUTO.get(collective, ()) if spans else ()

@@ -16,9 +16,15 @@ column) and whose algorithm applies wins (``collectives.registry.decide``); a
 ``<collective>_fused`` row applies only with the cross-rank check on.  The package ships
 ``collectives/data/tuning.json`` (``collectives-bench tune`` writes it); COLLECTIVES_TUNING=path
 selects another.  A malformed file raises TuningError naming the file and the problem.
+
+This module knows the file's format; which algorithm names a row may give is the registry's:
+``parse``, ``load`` and ``active`` take its ``flat_name`` (``collectives.registry.load_table``
+passes it).
 """
 import json
 import os
+
+from .config import COLLECTIVES
 
 FORMAT = "collectives-tuning/1"
 DEFAULT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tuning.json")
@@ -75,10 +81,10 @@ def _range(value, where, lowest):
     return value
 
 
-def parse(data, path="<table>"):
-    """A Table from the decoded JSON ``data``; TuningError naming ``path`` and the problem."""
-    from .registry import ALGORITHMS, FUSED, resolve_name
-
+def parse(data, flat_name, path="<table>"):
+    """A Table from the decoded JSON ``data``; TuningError naming ``path`` and the problem.
+    ``flat_name(collective, name)``: the full name of a flat algorithm of ``collective``, or
+    ValueError saying why ``name`` is none."""
     try:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"not a decision table: want an object with \"format\": \"{FORMAT}\"")
@@ -86,8 +92,8 @@ def parse(data, path="<table>"):
             raise ValueError("\"collectives\" must be an object of collective name -> list of rows")
         rows = {}
         for collective, entries in data["collectives"].items():
-            if collective not in ALGORITHMS:
-                raise ValueError(f"unknown collective {collective!r}; one of {', '.join(ALGORITHMS)}")
+            if collective not in COLLECTIVES:
+                raise ValueError(f"unknown collective {collective!r}; one of {', '.join(COLLECTIVES)}")
             if not isinstance(entries, list):
                 raise ValueError(f"collectives.{collective} must be a list of rows")
             rows[collective] = []
@@ -101,12 +107,9 @@ def parse(data, path="<table>"):
                 if not isinstance(entry["algorithm"], str):
                     raise ValueError(f"{where}.algorithm: want a name, got {entry['algorithm']!r}")
                 try:
-                    name = resolve_name(collective, entry["algorithm"])
+                    name = flat_name(collective, entry["algorithm"])
                 except ValueError as exc:
                     raise ValueError(f"{where}.algorithm: {exc}") from None
-                if name == "auto" or name not in [a.name for a in ALGORITHMS[collective]] + [FUSED[collective].name]:
-                    raise ValueError(f"{where}.algorithm: {entry['algorithm']!r} is not a flat "
-                                     f"{collective} algorithm")
                 rows[collective].append(Row(_range(entry["ranks"], f"{where}.ranks", 1),
                                             _range(entry["bytes"], f"{where}.bytes", 0), name, i))
         return Table(rows, data.get("metadata"), path)
@@ -114,8 +117,9 @@ def parse(data, path="<table>"):
         raise TuningError(f"tuning table {path}: {exc}") from None
 
 
-def load(path):
-    """The Table in the JSON file ``path``; TuningError naming the file and the problem."""
+def load(path, flat_name):
+    """The Table in the JSON file ``path``; TuningError naming the file and the problem
+    (``flat_name`` as for ``parse``)."""
     try:
         with open(path) as f:
             data = json.load(f)
@@ -123,7 +127,7 @@ def load(path):
         raise TuningError(f"tuning table {path}: cannot read it: {exc.strerror or exc}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise TuningError(f"tuning table {path}: not valid JSON: {exc}") from None
-    return parse(data, path)
+    return parse(data, flat_name, path)
 
 
 def write(table, path):
@@ -136,11 +140,11 @@ def write(table, path):
 _LOADED = {}
 
 
-def active(path=""):
+def active(path, flat_name):
     """The table ``auto`` uses: the file at ``path`` (a Comm's COLLECTIVES_TUNING), else the
-    shipped one; each loaded once."""
+    shipped one; each loaded once (``flat_name`` as for ``parse``)."""
     path = path or DEFAULT_PATH
     table = _LOADED.get(path)
     if table is None:
-        table = _LOADED[path] = load(path)
+        table = _LOADED[path] = load(path, flat_name)
     return table

@@ -17,7 +17,7 @@ import numpy as np
 from mpi4py import MPI
 
 import collectives
-from collectives import tuning
+from collectives import registry, tuning
 from collectives.bench import cli, tune
 from collectives.comm import NATIVE
 from collectives.train import job
@@ -50,8 +50,8 @@ for algorithm in (None, "ring", "recursive_doubling"):
     comm.Allreduce(x, got, **({"algorithm": algorithm} if algorithm else {}))
     check(np.array_equal(got, want), f"Allreduce with algorithm={algorithm} differs from MPI's")
 check(os.path.exists(tuning.DEFAULT_PATH), f"no tuning table at {tuning.DEFAULT_PATH}")
-tuning.load(tuning.DEFAULT_PATH)
-tuning.load(tune.BASE)
+registry.load_table(tuning.DEFAULT_PATH)
+registry.load_table(tune.BASE)
 explained = comm.explain("allreduce", x.size, "float32")
 comm.Free()
 

@@ -128,14 +128,14 @@ def test_launches_and_plot(tmp_path):
 def test_tune_quick_writes_a_table_auto_reads(tmp_path):
     """``collectives-bench tune --quick``: one launch, after one real state probe, writes a
     table that collectives.tuning loads, with the launch's state in its metadata."""
-    from collectives import tuning
+    from collectives import registry
 
     path = tmp_path / "table.json"
     got = _run([COMMAND, "tune", "allreduce", "--quick", "--wait-fast", "0", "--base", "", "-o", str(path)],
                tmp_path)
     assert got.returncode == 0, got.stderr
     assert got.stderr.count("collectives.bench.state: np=2") == 1, got.stderr
-    table = tuning.load(str(path))
+    table = registry.load_table(str(path))
     assert table.metadata["launch_states"]["2"] in (["fast"], ["slow"]) and table.metadata["wait_fast_s"] == 0
     # The measured rows (np=2 is the smallest and largest measured) before the table's catch-all.
     measured = [row for row in table.rows["allreduce"] if row.ranks == (1, 2)]

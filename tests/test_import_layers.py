@@ -1,8 +1,8 @@
-"""Imports of collectives.compression and collectives.train run one way: train ->
-compression -> the collectives core, never back, with no cycle among their modules.
+"""Imports run one way in collectives/: no cycle among its modules, Python and Cython, and
+train -> compression -> the collectives core, never back.
 
 Imports inside functions count.  The graph is read from the sources (``ast``; the Cython
-modules' import lines as text), so nothing is imported to check it.
+modules' import and cimport lines as text), so nothing is imported to check it.
 """
 import ast
 import pathlib
@@ -50,13 +50,74 @@ def graph(paths):
                     stem = package.split(".")[:len(package.split(".")) - node.level + 1]
                     base = ".".join(stem + ([node.module] if node.module else []))
                 for a in node.names:
-                    found.add(f"{base}.{a.name}" if f"{base}.{a.name}" in paths else base)
-        edges[name] = {m for m in found if m in paths and m != name}
+                    found.add(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base)
+        edges[name] = {m for m in found if m in MODULES and m != name}
     return edges
 
 
 PATHS = {module_name(p): p for p in ROOT.rglob("*.py")}
+MODULES = set(PATHS) | {module_name(p) for p in ROOT.glob("*.p[xy][xd]")}  # the Cython ones too
 EDGES = graph(PATHS)
+CYTHON_IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+c?import\s+\(?([\w\s,]+)|c?import\s+([\w.]+))", re.M)
+
+
+def cython_edges():
+    """Module name -> the collectives modules it imports or cimports, for the .pyx and .pxd files
+    (a module's .pyx and .pxd together)."""
+    names = MODULES
+    edges = {}
+    for path in ROOT.glob("*.p[xy][xd]"):
+        name = module_name(path)
+        found = edges.setdefault(name, set())
+        for base, what, plain in CYTHON_IMPORT.findall(path.read_text()):
+            if plain:
+                found.add(plain)
+                continue
+            for item in what.replace("\n", " ").split(","):
+                item = item.strip().split(" as ")[0].strip()
+                found.add(f"{base}.{item}" if f"{base}.{item}" in names else base)
+        found &= names
+        found.discard(name)
+    return edges
+
+
+def cycle(edges):
+    """An import cycle of ``edges`` as a list of modules, or None."""
+    done, path = set(), []
+
+    def visit(m):
+        if m in path:
+            return path[path.index(m):] + [m]
+        if m in done:
+            return None
+        path.append(m)
+        for n in sorted(edges.get(m, ())):
+            found = visit(n)
+            if found:
+                return found
+        path.pop()
+        done.add(m)
+        return None
+
+    for m in sorted(edges):
+        found = visit(m)
+        if found:
+            return found
+    return None
+
+
+def test_no_cycle_in_collectives():
+    """Depth-first search over every module of collectives/, the Cython ones included."""
+    edges = {m: set(n) for m, n in EDGES.items()}
+    for m, n in cython_edges().items():
+        edges.setdefault(m, set()).update(n)
+    found = cycle(edges)
+    assert found is None, "import cycle: " + " -> ".join(found)
+
+
+def test_the_cycle_search_finds_one():
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": set()}) is None
 
 
 def test_no_cycle_among_compression_and_train():

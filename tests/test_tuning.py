@@ -18,7 +18,7 @@ def _write(path, collectives_rows, fmt=tuning.FORMAT):
 
 @pytest.mark.serial
 def test_shipped_table_loads_and_covers_every_collective():
-    table = tuning.load(tuning.DEFAULT_PATH)
+    table = registry.load_table(tuning.DEFAULT_PATH)
     for collective in collectives.ALGORITHMS:
         for size in (1, 2, 3, 8, 64):
             for nbytes in (0, 8, 1 << 16, 1 << 26):
@@ -31,7 +31,7 @@ def test_round_trip(tmp_path):
                           {"ranks": [5, None], "bytes": [0, None], "algorithm": "allreduce_ring"}],
             "barrier": [{"ranks": [1, None], "bytes": [0, None], "algorithm": "barrier_linear"}]}
     path = _write(tmp_path / "t.json", rows)
-    table = tuning.load(path)
+    table = registry.load_table(path)
     again = tmp_path / "again.json"
     tuning.write(table, str(again))
     assert json.loads(again.read_text()) == {"format": tuning.FORMAT, "metadata": {"by": "hand"},
@@ -44,7 +44,7 @@ def test_round_trip(tmp_path):
 @pytest.mark.serial
 def test_short_names_resolve(tmp_path):
     path = _write(tmp_path / "t.json", {"bcast": [{"ranks": [1, None], "bytes": [0, None], "algorithm": "binomial"}]})
-    assert tuning.load(path).rows["bcast"][0].algorithm == "bcast_binomial"
+    assert registry.load_table(path).rows["bcast"][0].algorithm == "bcast_binomial"
 
 
 def _sweep_rows(collective, times):
@@ -79,7 +79,7 @@ def test_tune_builds_ranges_from_measured_winners():
     assert [r.algorithm for r in table.lookup("gather", 64, 1 << 30)] == ["gather_linear"]
     # With a base table, its rows follow the measured ones: the choice beyond what was measured;
     # its fused row (taken only with the check on, which the sweep does not measure) stays first.
-    base = tuning.load(tune.BASE)
+    base = registry.load_table(tune.BASE)
     based = tune.build(sweeps, 0.03, {}, base=base)
     base_rows = [r.as_json() for r in base.rows["allreduce"]]
     fused = [{"ranks": [1, None], "bytes": [0, 4096], "algorithm": "allreduce_fused"}]
@@ -212,7 +212,7 @@ def test_bad_files_name_the_file_and_the_problem(tmp_path, monkeypatch, content,
     elif content is not None:
         path.write_text(content)
     with pytest.raises(tuning.TuningError) as info:
-        tuning.load(str(path))
+        registry.load_table(str(path))
     assert str(info.value).startswith(f"tuning table {path}: ") and problem in str(info.value)
     # A call under COLLECTIVES_TUNING=bad raises the same error (on every rank alike).
     monkeypatch.setenv("COLLECTIVES_TUNING", str(path))
