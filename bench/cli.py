@@ -8,6 +8,7 @@
     collectives-bench plot bench/results/*.json                # PNG per collective and rank count
     collectives-bench tune --np 2:8                            # the auto decision table (tune.py)
     collectives-bench model                                    # cost model: fit, compare, project (model.py)
+    mpiexec -n 2 collectives-bench forms                       # every call form of a collective at one cost
     collectives-bench --summary                                 # combine earlier JSON results
 
 Sizes: ``-m MIN:MAX`` (OSU) or ``-b MIN -e MAX -f FACTOR`` (nccl-tests), units K, M, G (binary).
@@ -113,7 +114,7 @@ def size_range(args):
 def main(argv=None):
     """Command line entry point; returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] in (["plot"], ["tune"], ["model"]):
+    if argv[:1] in (["plot"], ["tune"], ["model"], ["forms"]):
         return importlib.import_module(f".{argv[0]}", __package__).main(argv[1:])
     ap = parser()
     args = ap.parse_args(argv)

@@ -51,6 +51,9 @@ cdef int _ndt = 0
 cdef bint _supports[NOPS][NCODES]    # op code x dtype code: MPI defines the reduction
 cdef object _OPS = (pyMPI.SUM, pyMPI.PROD, pyMPI.MIN, pyMPI.MAX, pyMPI.LAND, pyMPI.LOR,
                     pyMPI.LXOR, pyMPI.BAND, pyMPI.BOR, pyMPI.BXOR)  # in OP_NAMES order
+cdef void *_OP_OBJECTS[NOPS]  # the same, for comparing identities without Python calls
+for _i in range(NOPS):
+    _OP_OBJECTS[_i] = <void *>_OPS[_i]
 
 
 def _tables():
@@ -198,40 +201,52 @@ cdef int format_code(const char *fmt, Py_ssize_t itemsize) noexcept:
     if c == b'?':
         want = 0 if itemsize == 1 else -1
     elif c in b'bhilq':
-        want = {1: 1, 2: 2, 4: 3, 8: 4}.get(itemsize, -1)
+        want = by_size(itemsize, 1)
     elif c in b'BHILQ':
-        want = {1: 5, 2: 6, 4: 7, 8: 8}.get(itemsize, -1)
+        want = by_size(itemsize, 5)
     elif c in b'efd':
-        want = {2: 9, 4: 10, 8: 11}.get(itemsize, -1)
+        want = by_size(itemsize, 8) if itemsize > 1 else -1
     elif c == b'Z' and fmt[2] == 0 and fmt[1] in b'fd':
-        want = {8: 12, 16: 13}.get(itemsize, -1)
+        want = 12 if itemsize == 8 else 13 if itemsize == 16 else -1
     return want
+
+
+cdef inline int by_size(Py_ssize_t itemsize, int first) noexcept:
+    """The code of a 1-, 2-, 4- or 8-byte type of a family whose 1-byte member is ``first``."""
+    return (first if itemsize == 1 else first + 1 if itemsize == 2 else first + 2 if itemsize == 4
+            else first + 3 if itemsize == 8 else -1)
+
+
+cdef dict _CHARACTERS = {}  # type character -> (NumPy type number, size), as NumPy reads it
 
 
 cdef int datatype(object dt, object name, int *num, Py_ssize_t *size) except -1:
     """The NumPy type number and size of datatype ``dt`` (an MPI.Datatype or type character)."""
     cdef int i
     cdef MPI_Datatype h
-    if type(dt) is pyMPI.Datatype:
+    if type(dt) is MPI.Datatype:
         h = (<MPI.Datatype>dt).ob_mpi
         for i in range(_ndt):
             if _dt_handle[i] == h:
                 num[0], size[0] = _dt_num[i], _dt_size[i]
                 return 0
-    if isinstance(dt, pyMPI.Datatype):
+    if isinstance(dt, MPI.Datatype):
         if dt == pyMPI.DATATYPE_NULL or not dt.is_named:
             raise Native(f"{name}: {type_name(dt)} is not a predefined datatype")
         raise Native(f"{name}: {type_name(dt)} has no NumPy equivalent")
-    try:
-        d = np.dtype(dt)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name}: datatype {dt!r} has no NumPy equivalent") from None
-    num[0], size[0] = d.num, d.itemsize
+    known = _CHARACTERS.get(dt)
+    if known is None:
+        try:
+            d = np.dtype(dt)
+        except (TypeError, ValueError):
+            raise TypeError(f"{name}: datatype {dt!r} has no NumPy equivalent") from None
+        known = _CHARACTERS[dt] = (d.num, d.itemsize)
+    num[0], size[0] = known
     return 0
 
 
 cdef inline bint is_datatype(object obj) noexcept:
-    return type(obj) is pyMPI.Datatype or type(obj) is str or isinstance(obj, pyMPI.Datatype)
+    return type(obj) is MPI.Datatype or type(obj) is str or isinstance(obj, MPI.Datatype)
 
 
 cdef int retype(object dt, object name, bint counted, Arg *out, Py_ssize_t *nbytes) except -1:
@@ -248,6 +263,10 @@ cdef int retype(object dt, object name, bint counted, Arg *out, Py_ssize_t *nbyt
     nbytes[0] -= nbytes[0] % size
     set_type(out, num, size, False)
     return 0
+
+
+cdef inline bint is_integer(object obj) noexcept:
+    return type(obj) is int or isinstance(obj, (int, np.integer))
 
 
 cdef inline bint is_number(object obj) noexcept:
@@ -271,7 +290,7 @@ cdef object spec_parts(object spec, object name, bint vector):
         counts, displs = rest
     elif rest:
         counts = rest[0]
-        if type(counts) is tuple and len(counts) == 2 and (not vector or not np.isscalar(counts[0])):
+        if type(counts) is tuple and len(counts) == 2 and (not vector or not is_integer(counts[0])):
             counts, displs = counts
     return obj, counts, displs, dt
 
@@ -286,23 +305,51 @@ cdef int resolve(object spec, object name, bint writable, Py_ssize_t blocks, Arg
     if type(spec) is list or type(spec) is tuple:
         if len(spec) == 2 and is_datatype(spec[1]):
             obj, dt = spec
-        elif len(spec) == 3 and type(spec[1]) is int and is_datatype(spec[2]):
+        elif len(spec) == 3 and is_datatype(spec[2]) and (type(spec[1]) is int or (
+                type(spec[1]) is tuple and len(spec[1]) == 2)):
             obj, cnt, dt = spec
+            if type(cnt) is tuple:
+                cnt, dis = cnt
         else:
             obj, cnt, dis, dt = spec_parts(spec, name, False)
     memory(obj, name, writable, out, &nbytes, held)
     if dt is not None:
         retype(dt, name, cnt is not None, out, &nbytes)
     total = nbytes // out.size if out.size else 0
-    count = total if cnt is None else int(cnt) * blocks
+    count = total if cnt is None else (cnt if type(cnt) is int else int(cnt)) * blocks
     if dis is not None:
-        displ = int(dis)
+        displ = dis if type(dis) is int else int(dis)
     if count < 0 or displ < 0 or displ + count > total:
         raise ValueError(f"{name}: count {count} at displacement {displ} exceeds the "
                          f"{total}-element buffer")
     out.ptr += displ * out.size
     out.count = count
     return 0
+
+
+cdef Py_ssize_t element(cnp.ndarray a, Py_ssize_t i) except? -1:
+    """Element ``i`` of the 0- or 1-d NumPy integer array ``a``."""
+    cdef char *at = <char *>cnp.PyArray_DATA(a) + (i * cnp.PyArray_STRIDES(a)[0] if cnp.PyArray_NDIM(a) else 0)
+    cdef int t = cnp.PyArray_TYPE(a)
+    if not cnp.PyArray_ISNOTSWAPPED(a):
+        return int(a.reshape(-1)[i])
+    if t == cnp.NPY_INT64:
+        return (<cnp.int64_t *>at)[0]
+    if t == cnp.NPY_INT32:
+        return (<cnp.int32_t *>at)[0]
+    if t == cnp.NPY_UINT64:
+        return <Py_ssize_t>(<cnp.uint64_t *>at)[0]
+    if t == cnp.NPY_UINT32:
+        return (<cnp.uint32_t *>at)[0]
+    if t == cnp.NPY_INT16:
+        return (<cnp.int16_t *>at)[0]
+    if t == cnp.NPY_UINT16:
+        return (<cnp.uint16_t *>at)[0]
+    if t == cnp.NPY_INT8:
+        return (<cnp.int8_t *>at)[0]
+    if t == cnp.NPY_UINT8:
+        return (<cnp.uint8_t *>at)[0]
+    return int(a.reshape(-1)[i])
 
 
 cdef int integers(object seq, Py_ssize_t p, Py_ssize_t *out, object name, object what) except -1:
@@ -317,12 +364,12 @@ cdef int integers(object seq, Py_ssize_t p, Py_ssize_t *out, object name, object
                 c = seq[i]
                 out[i] = c if type(c) is int else int(c)
             return 0
-    elif cnp.PyArray_Check(seq) and seq.dtype.kind in "iu" and seq.ndim <= 1:
-        a = np.ascontiguousarray(seq, dtype=np.int64)
-        n = a.shape[0] if a.ndim else 1
+    elif cnp.PyArray_Check(seq) and cnp.PyArray_ISINTEGER(<cnp.ndarray>seq) and cnp.PyArray_NDIM(<cnp.ndarray>seq) <= 1:
+        a = <cnp.ndarray>seq
+        n = cnp.PyArray_SIZE(a)
         if n == p:
             for i in range(p):
-                out[i] = (<long long *>cnp.PyArray_DATA(a))[i]
+                out[i] = element(a, i)
             return 0
     else:
         values = np.atleast_1d(seq)
@@ -332,6 +379,16 @@ cdef int integers(object seq, Py_ssize_t p, Py_ssize_t *out, object name, object
                 out[i] = int(values[i])
             return 0
     raise ValueError(f"{name}: {n} {what} for a communicator of size {p}")
+
+
+cdef Py_ssize_t how_many(object seq) except -1:
+    """How many integers a list, tuple or NumPy array of them (or a single one) holds."""
+    if type(seq) is list or type(seq) is tuple:
+        return len(seq)
+    if cnp.PyArray_Check(seq):
+        return max(cnp.PyArray_SIZE(<cnp.ndarray>seq), 1) if cnp.PyArray_NDIM(<cnp.ndarray>seq) == 0 else \
+            len(seq)
+    return len(np.atleast_1d(seq))
 
 
 cdef int resolve_vector(object spec, object name, bint writable, Py_ssize_t p, Py_ssize_t *counts,
@@ -352,9 +409,9 @@ cdef int resolve_vector(object spec, object name, bint writable, Py_ssize_t p, P
     out.count = total
     if cnt is None:
         return 0
-    nc = len(np.atleast_1d(cnt)) if not (type(cnt) is list or type(cnt) is tuple) else len(cnt)
+    nc = how_many(cnt)
     if dis is not None:
-        nd = len(np.atleast_1d(dis)) if not (type(dis) is list or type(dis) is tuple) else len(dis)
+        nd = how_many(dis)
         if nd != nc:
             raise ValueError(f"{name}: {nc} counts but {nd} displacements")
     if nc != p:
@@ -377,15 +434,23 @@ cdef int resolve_vector(object spec, object name, bint writable, Py_ssize_t p, P
     return 1
 
 
+cdef dict _OP_BY_NAME = {name: i for i, name in enumerate(OP_NAMES)}
+
+
 cdef int op_code(object op, const Arg *a) except -1:
-    """The kernel code of reduction ``op`` on ``a``'s elements; ValueError, TypeError or
-    Native (MPI runs the call) as collectives.ops.check_op says."""
-    cdef int i
-    for i in range(NOPS):
-        if op is _OPS[i]:
-            if a.code >= 0 and _supports[i][a.code]:
-                return i
+    """The kernel code of reduction ``op`` (an MPI.Op or a name) on ``a``'s elements;
+    ValueError, TypeError or Native (MPI runs the call) as collectives.ops.check_op says."""
+    cdef int i = -1, k
+    for k in range(NOPS):
+        if <void *>op == _OP_OBJECTS[k]:
+            i = k
             break
+    if i < 0 and type(op) is str:
+        i = _OP_BY_NAME.get(op, -1)
+        if i < 0:
+            i = _OP_BY_NAME.get(op.lower(), -1)
+    if i >= 0 and a.code >= 0 and _supports[i][a.code]:
+        return i
     return check_op(op, dtype_of(a))[0]
 
 

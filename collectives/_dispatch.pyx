@@ -23,9 +23,10 @@ method) and functional calls all come here.
 """
 from libc.stdint cimport int64_t
 from libc.string cimport memcpy, memmove
+cimport numpy as cnp
 import numpy as np
 
-from collectives._buffers cimport (Arg, dtype_of, in_place_spec, integers, npy_num, op_code, resolve,
+from collectives._buffers cimport (IN_PLACE, Arg, dtype_of, in_place_spec, integers, npy_num, op_code, resolve,
                                    resolve_vector, shares)
 from collectives._engine cimport (ALLGATHER, ALLREDUCE, BARRIER, BCAST, BYTE_CODE, GATHER, REDUCE_, REDUCE_SCATTER,
                                   SCATTER, UNKNOWN, Engine, _Plan, array_at, nbytes_of)
@@ -33,10 +34,41 @@ from collectives.agreement import COLLECTIVE_INDEX, COUNTS, Disagreement
 from collectives.ops import Native
 
 cdef object _COUNTS_INDEX = COLLECTIVE_INDEX[COUNTS]
+cnp.import_array()
 
 
 cdef inline bint same_type(const Arg *a, const Arg *b) noexcept:
     return a.num == b.num and a.size == b.size and a.swapped == b.swapped
+
+
+cdef bint same_shape(cnp.ndarray a, cnp.ndarray b) except -1:
+    """Whether the arrays have one shape and one dtype."""
+    cdef int i, n = cnp.PyArray_NDIM(a)
+    if n != cnp.PyArray_NDIM(b) or not cnp.PyArray_EquivTypes(a.descr, b.descr):
+        return False
+    for i in range(n):
+        if cnp.PyArray_DIMS(a)[i] != cnp.PyArray_DIMS(b)[i]:
+            return False
+    return True
+
+
+cdef object send_for(cnp.ndarray array, cnp.ndarray out):
+    """The send argument of a functional call writing ``out``: MPI.IN_PLACE when ``array`` is
+    ``out``, else ``array`` with ``out``'s memory order (its elements meet ``out``'s in flat
+    memory order), a copy of it when it shares memory with ``out``."""
+    cdef char *a = <char *>cnp.PyArray_DATA(array)
+    cdef char *o = <char *>cnp.PyArray_DATA(out)
+    if array is out:
+        return IN_PLACE
+    if a < o + cnp.PyArray_NBYTES(out) and o < a + cnp.PyArray_NBYTES(array):
+        return np.array(array, order="F" if is_fortran_only(out) else "C")
+    if is_fortran_only(out):
+        return array if cnp.PyArray_IS_F_CONTIGUOUS(array) else np.asfortranarray(array)
+    return np.ascontiguousarray(array) if is_fortran_only(array) else array
+
+
+cdef inline bint is_fortran_only(cnp.ndarray a) noexcept:
+    return cnp.PyArray_IS_F_CONTIGUOUS(a) and not cnp.PyArray_IS_C_CONTIGUOUS(a)
 
 
 cdef object _overlap(object name, const Arg *send, const Arg *recv):
@@ -94,6 +126,9 @@ cdef class Dispatcher(Engine):
 
     def allreduce(self, sendbuf, recvbuf, op, algorithm):
         """Allreduce."""
+        return self.call_allreduce(sendbuf, recvbuf, op, algorithm)
+
+    cdef object call_allreduce(self, sendbuf, recvbuf, op, algorithm):
         cdef _Plan pl
         if not self.ready():
             return self.behind("allreduce", (sendbuf, recvbuf, op, algorithm))
@@ -112,6 +147,27 @@ cdef class Dispatcher(Engine):
         finally:
             self.held.release()
             self.op_object = None
+
+    def allreduce_array(self, array, op, algorithm, out):
+        """collectives.allreduce: ``array`` (anything np.asarray takes) combined over the ranks
+        into ``out`` (a new array when None), which is returned; ``array`` is left untouched."""
+        if not self.ready():
+            return self.behind("allreduce_array", (array, op, algorithm, out))
+        if not cnp.PyArray_Check(array):
+            array = np.asarray(array)
+        if out is None:
+            out = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(array), cnp.PyArray_DIMS(array),
+                                    cnp.PyArray_TYPE(array), cnp.PyArray_IS_F_CONTIGUOUS(array)
+                                    and not cnp.PyArray_IS_C_CONTIGUOUS(array))
+        elif not cnp.PyArray_Check(out) or not same_shape(array, out):
+            self.started += 1
+            if not cnp.PyArray_Check(out):
+                self.refuse(ALLREDUCE, TypeError(f"allreduce: out must be a NumPy array, got {type(out).__name__}"))
+            self.refuse(ALLREDUCE, ValueError(
+                f"allreduce: out has shape {out.shape} and dtype {out.dtype}, the result has shape "
+                f"{array.shape} and dtype {array.dtype}"))
+        self.call_allreduce(send_for(array, out), out, op, algorithm)
+        return out
 
     cdef _Plan describe_allreduce(self, sendbuf, recvbuf, op, algorithm):
         cdef Arg *send = &self.send

@@ -77,6 +77,7 @@ class Comm:
         self.rank = self._coll.Get_rank()
         self.size = self._coll.Get_size()
         self._scratch = {}  # executor.buffer's reused buffers, by purpose
+        self._live = True  # until Free
         self._owned = False  # whether Free also frees ``comm`` (made by Dup, Split, ...)
         self._timeout, self._on_timeout = timeout, on_timeout
         nodes = node.discover(self._coll, self._env.node, self._child) if _nodes is None else _nodes
@@ -150,6 +151,7 @@ class Comm:
 
     def Free(self):
         """Release the private communicator and stop the progress thread (not the wrapped one)."""
+        self._live = False
         engine = self._engine
         engine.close()
         if self._coll != MPI.COMM_NULL:
@@ -288,9 +290,11 @@ class Comm:
 
 
 _WRAPPER = None  # MPI attribute key under which a communicator keeps its Comm
+_WRAPPED = {}  # the same Comms by their communicator's handle, found without an MPI call
 
 
 def _free_wrapper(comm, keyval, wrapper):
+    _WRAPPED.pop(comm.handle, None)
     wrapper.Free()
 
 
@@ -304,6 +308,9 @@ def wrap(comm):
     global _WRAPPER
     if isinstance(comm, Comm):
         return comm
+    wrapper = _WRAPPED.get(getattr(comm, "handle", None))
+    if wrapper is not None and wrapper._live:
+        return wrapper
     if not isinstance(comm, MPI.Intracomm):
         raise TypeError(f"expected an mpi4py intracommunicator or a collectives.Comm, "
                         f"got {type(comm).__name__}")
@@ -313,6 +320,7 @@ def wrap(comm):
     if wrapper is None or wrapper._coll == MPI.COMM_NULL:  # none yet, or freed by its user
         wrapper = Comm(comm)
         comm.Set_attr(_WRAPPER, wrapper)
+    _WRAPPED[comm.handle] = wrapper
     return wrapper
 
 

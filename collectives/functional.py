@@ -16,7 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .agreement import joined
-from .comm import wrap
+from .comm import Comm, wrap
 from .schedule import blocks
 
 # What scatter's root tells the others, in int64s: dtype string length (-1: the root's
@@ -57,13 +57,8 @@ def _send(array, out):
 
 def allreduce(comm, array, op="sum", algorithm="auto", out=None):
     """Combine ``array`` of every rank with ``op``; every rank gets the result."""
-    c = wrap(comm)
-    with joined(c, "allreduce"):
-        array = np.asarray(array)
-        out = _output(out, array.shape, array.dtype, "allreduce")
-    # None, which "auto" means too, keeps Comm.Allreduce's fast path open (with check off).
-    c.Allreduce(_send(array, out), out, op=op, algorithm=None if algorithm == "auto" else algorithm)
-    return out
+    c = comm if type(comm) is Comm else wrap(comm)
+    return c._engine.allreduce_array(array, op, algorithm, out)
 
 
 def iallreduce(comm, array, op="sum", algorithm="auto", out=None):
