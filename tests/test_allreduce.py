@@ -45,3 +45,30 @@ def test_fused_up_to_its_bound(mpi_comm, check, timeout):
             assert_close(got, want, np.float64, comm.size, f"n={count} {forced}")
             fused = count == n and (check or forced is not None)
             assert (comm.last_algorithm == "allreduce_fused") == fused, (count, forced, comm.last_algorithm)
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.float16], ids=str)
+def test_a_wrong_reduction_is_caught(mpi_comm, monkeypatch, dtype):
+    """The suite's reference is NumPy's own reductions, not the code it checks: a NumPy
+    fallback whose reduction flips a high bit of every combined block fails check_allreduce, on
+    every rank alike (the error travels with the sums), for dtypes native MPI is no
+    reference for."""
+    from collectives import comm as comm_module, kernels
+
+    if mpi_comm.size < 2:
+        pytest.skip("one rank combines nothing")
+    real = kernels.reduce_into
+
+    def wrong(dst, src, dtype_code, op_code):
+        real(dst, src, dtype_code, op_code)
+        if dst.size:
+            dst.view(np.uint8)[dst.itemsize - 1] ^= 0x40  # the high byte: far beyond rounding
+
+    monkeypatch.setattr(comm_module, "NATIVE", False)  # the NumPy twins of the executor and exchange
+    monkeypatch.setattr(kernels, "reduce_into", wrong)
+    with collectives.Comm(mpi_comm) as comm:
+        with pytest.raises(AssertionError, match="wrong reduction"):
+            check_allreduce(comm, mpi_comm, np.dtype(dtype), [13], "wrong reduction", algorithm="recursive_doubling")
+    monkeypatch.undo()
+    with collectives.Comm(mpi_comm) as comm:
+        check_allreduce(comm, mpi_comm, np.dtype(dtype), [13], "right reduction", algorithm="recursive_doubling")
