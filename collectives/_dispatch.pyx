@@ -148,7 +148,7 @@ cdef class Dispatcher(Engine):
             self.held.release()
             self.op_object = None
 
-    def allreduce_array(self, array, op, algorithm, out):
+    cpdef allreduce_array(self, array, op, algorithm, out):
         """collectives.allreduce: ``array`` (anything np.asarray takes) combined over the ranks
         into ``out`` (a new array when None), which is returned; ``array`` is left untouched."""
         if not self.ready():
@@ -764,3 +764,26 @@ cdef class Dispatcher(Engine):
         if pl.fused < 0 and self.size > 1:
             self.launch(BARRIER, pl, NULL, 0, NULL, 0, BYTE_CODE, 0)
         self.done(pl)
+
+
+cdef class Allreduce:
+    """``collectives.allreduce(comm, array, op="sum", algorithm="auto", out=None)``: combine
+    ``array`` of every rank with ``op``; every rank gets the result, in ``out`` when given.
+
+    ``comm`` is a collectives.Comm or an mpi4py intracommunicator, whose Comm ``wrap``
+    (collectives.comm.wrap) gives and keeps in ``wrapped`` (by handle).  A callable object
+    rather than a Python function: the call goes from Python to the dispatcher in one step,
+    so the functional form costs what ``Comm.Allreduce`` does.
+    """
+    cdef object wrap
+    cdef dict wrapped
+
+    def __init__(self, wrap, dict wrapped):
+        self.wrap, self.wrapped = wrap, wrapped
+
+    def __call__(self, comm, array, op="sum", algorithm="auto", out=None):
+        engine = getattr(comm, "_engine", None)
+        if engine is None:
+            known = self.wrapped.get(comm.handle)
+            engine = (known if known is not None and known._live else self.wrap(comm))._engine
+        return (<Dispatcher>engine).allreduce_array(array, op, algorithm, out)

@@ -32,13 +32,21 @@ except ImportError as exc:  # pragma: no cover - an install without its extensio
                       "'make build' or 'pip install .' against the MPI that mpi4py loads") from exc
 
 
-class Comm:
-    """Wrap ``comm`` (default COMM_WORLD) so its collectives use collectives' algorithms.
+class Comm(MPI.Intracomm):
+    """An mpi4py intracommunicator whose collectives run collectives' algorithms.
+
+    ``Comm(comm)`` shares ``comm``'s handle: it is that communicator, so MPI-IO, RMA windows,
+    ``mpi4py.util.pkl5``, ``mpi4py.futures`` and any library that takes an mpi4py
+    communicator take it, and every method it does not implement is mpi4py's on that handle.
+    Its collectives run on a private duplicate, where they never meet the program's own
+    messages.  A Cartcomm, Graphcomm or Distgraphcomm gives the Comm subclass of its kind.
 
     Parameters
     ----------
     comm : mpi4py.MPI.Intracomm
-        The communicator to wrap.  Collective traffic runs on a private duplicate of it.
+        The communicator to take over (default COMM_WORLD).  ``Free`` on this Comm releases
+        what it made and leaves ``comm``'s handle to its owner; the Comms that ``Dup``,
+        ``Split`` and the other constructors return own their handles and free them.
     algorithms : dict, optional
         Per-communicator choice, e.g. ``{"allreduce": "ring"}``; overrides the
         COLLECTIVES_<COLLECTIVE> environment variables.  A per-call ``algorithm=`` wins over both;
@@ -54,13 +62,20 @@ class Comm:
         What a stall does (default: COLLECTIVES_TIMEOUT_MODE, else "raise").
     """
 
+    _mpi = MPI.Intracomm  # the mpi4py class of this kind
+
+    def __new__(cls, comm=None, *args, **kwargs):
+        comm = MPI.COMM_WORLD if comm is None else comm
+        if cls is Comm:
+            cls = _KIND.get(type(comm), next((k for t, k in _KIND.items() if isinstance(comm, t)), Comm))
+        # Intracomm's own constructor for every kind: Cartcomm's refuses a subclass that does
+        # not derive from it first.
+        return MPI.Intracomm.__new__(cls, comm)
+
     def __init__(self, comm=None, *, algorithms=None, check=None, timeout=None, on_timeout=None, _nodes=None,
-                 _env=None):
-        self.comm = MPI.COMM_WORLD if comm is None else comm
-        if isinstance(self.comm, Comm):
-            self.comm = self.comm.comm
-        if self.comm.Is_inter():
-            raise TypeError("collectives.Comm wraps intracommunicators only")
+                 _env=None, _owned=False):
+        if self.Is_inter():
+            raise TypeError("collectives.Comm takes intracommunicators only")
         # What the environment says (collectives.config), read once: calls never read it.
         self._env = config.snapshot() if _env is None else _env
         self.algorithms = {}
@@ -70,19 +85,24 @@ class Comm:
             if resolve_name(collective, name) != "auto":
                 self.algorithms[collective] = resolve_name(collective, name)
         check = bool(self._env.check if check is None else check)
-        timeout, on_timeout = watchdog.settings(timeout, on_timeout, self._env)
-        self._coll = self.comm.Dup()
-        # Our errors become Python exceptions whatever handler the user's communicator has.
+        self._timeout, self._on_timeout = watchdog.settings(timeout, on_timeout, self._env)
+        self._owned = _owned  # whether Free frees the shared handle (made by Dup, Split, ...)
+        self._coll = MPI.Intracomm(self).Dup()  # a plain Intracomm: the Dup of a Comm is a Comm
+        # Our errors become Python exceptions whatever handler the program's communicator has.
         self._coll.Set_errhandler(MPI.ERRORS_RETURN)
-        self.rank = self._coll.Get_rank()
-        self.size = self._coll.Get_size()
         self._scratch = {}  # executor.buffer's reused buffers, by purpose
         self._live = True  # until Free
-        self._owned = False  # whether Free also frees ``comm`` (made by Dup, Split, ...)
-        self._timeout, self._on_timeout = timeout, on_timeout
         nodes = node.discover(self._coll, self._env.node, self._child) if _nodes is None else _nodes
-        self._engine = Dispatcher(self._coll, self._env, check, timeout, on_timeout, self.algorithms, nodes,
-                              plans.make, [TAG[c] for c in ALGORITHMS], not NATIVE)
+        self._engine = Dispatcher(self._coll, self._env, check, self._timeout, self._on_timeout, self.algorithms,
+                                  nodes, plans.make, [TAG[c] for c in ALGORITHMS], not NATIVE)
+
+    def _adopt(self, made):
+        """``made`` (a communicator one of this Comm's constructors returned) as a Comm of its
+        kind that owns it, with this Comm's settings; COMM_NULL and intercommunicators as they are."""
+        if made == MPI.COMM_NULL or made.Is_inter():
+            return made
+        return Comm(made, algorithms=self.algorithms, check=self.check, timeout=self._timeout,
+                    on_timeout=self._on_timeout, _env=self._env, _owned=True)
 
     def _child(self, made):
         """A Comm over ``made`` (split from this one by node.discover) that owns it and never
@@ -91,19 +111,12 @@ class Comm:
         Unchecked: only the node-aware all-reduces call it, after this Comm's agreement on
         the algorithm, count, dtype and op, from which every phase's arguments follow on every
         rank (a check per phase would add a round trip per phase, one of them between nodes)."""
-        sub = Comm(made, algorithms={k: v for k, v in self.algorithms.items() if k != "allreduce"},
-                   check=False, timeout=self._timeout, on_timeout=self._on_timeout, _nodes=node.FLAT,
-                   _env=self._env)
-        made.Free()
-        return sub
-
-    def __getattr__(self, name):
-        if name.startswith("_") or name == "comm":
-            raise AttributeError(name)
-        return getattr(self.comm, name)
+        return Comm(made, algorithms={k: v for k, v in self.algorithms.items() if k != "allreduce"},
+                    check=False, timeout=self._timeout, on_timeout=self._on_timeout, _nodes=node.FLAT,
+                    _env=self._env, _owned=True)
 
     def __repr__(self):
-        return f"<collectives.Comm rank {self.rank} of {self.size}>"
+        return f"<collectives.{type(self).__name__} rank {self.Get_rank()} of {self.Get_size()}>"
 
     def __enter__(self):
         return self
@@ -111,7 +124,23 @@ class Comm:
     def __exit__(self, *exc):
         self.Free()
 
+    def __copy__(self):
+        """A communicator is a handle to something shared: copies are the Comm itself."""
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        raise TypeError("a collectives.Comm cannot be pickled: it is a handle to a running MPI job")
+
     # ---- the engine's state, as the Comm's attributes --------------------------------------
+
+    @property
+    def comm(self):
+        """This communicator as a plain mpi4py communicator of its kind (the same handle): MPI's
+        own collectives."""
+        return self._mpi(self)
 
     @property
     def check(self):
@@ -150,39 +179,40 @@ class Comm:
         return self._engine.progress
 
     def Free(self):
-        """Release the private communicator and stop the progress thread (not the wrapped one)."""
+        """Finish the pending nonblocking collectives and release what this Comm made (its
+        private duplicate, node communicators, progress thread); the shared handle too when
+        this Comm owns it (one that Dup, Split and the other constructors returned)."""
+        if not self._live:
+            return
         self._live = False
         engine = self._engine
         engine.close()
-        if self._coll != MPI.COMM_NULL:
-            self._coll.Free()
+        engine.broken = "the Comm has been freed"
+        self._coll.Free()
         self._scratch = {}
         engine.nodes.free()
-        if self._owned and self.comm != MPI.COMM_NULL:
-            self.comm.Free()
+        if self._owned:
+            MPI.Intracomm.Free(self)
 
     def explain(self, collective, count=0, dtype="float32", algorithm=None):
         """Why ``collective`` over ``count`` elements of ``dtype`` would run the algorithm it
         would, as "<algorithm>: <reason>" (the request, table row, restriction or fallback)."""
         return plans.explain(self._engine, collective, count, dtype, algorithm)
 
-    def Get_rank(self):
-        """Rank of this process."""
-        return self.rank
-
-    def Get_size(self):
-        """Number of processes."""
-        return self.size
-
     # ---- communicators made from this one (collectives.derived) ---------------------------
 
-    Dup = derived("Dup")
-    Clone = derived("Clone")
-    Split = derived("Split")
-    Split_type = derived("Split_type")
-    Create = derived("Create")
-    Create_group = derived("Create_group")
-    Create_cart = derived("Create_cart")
+    Dup = derived(MPI.Intracomm.Dup)
+    Clone = derived(MPI.Intracomm.Clone)
+    Dup_with_info = derived(MPI.Intracomm.Dup_with_info)
+    Idup = derived(MPI.Intracomm.Idup, request=True)
+    Split = derived(MPI.Intracomm.Split)
+    Split_type = derived(MPI.Intracomm.Split_type)
+    Create = derived(MPI.Intracomm.Create)
+    Create_group = derived(MPI.Intracomm.Create_group)
+    Create_cart = derived(MPI.Intracomm.Create_cart)
+    Create_graph = derived(MPI.Intracomm.Create_graph)
+    Create_dist_graph = derived(MPI.Intracomm.Create_dist_graph)
+    Create_dist_graph_adjacent = derived(MPI.Intracomm.Create_dist_graph_adjacent)
 
     # ---- collectives (collectives._dispatch) ----------------------------------------------
 
@@ -289,6 +319,30 @@ class Comm:
         return transport.wait(requests)
 
 
+class Cartcomm(Comm, MPI.Cartcomm):
+    """A Cartesian-topology Comm: mpi4py's Cartcomm methods, collectives' collectives."""
+
+    _mpi = MPI.Cartcomm
+
+    Sub = derived(MPI.Cartcomm.Sub, MPI.Cartcomm)
+
+
+class Graphcomm(Comm, MPI.Graphcomm):
+    """A graph-topology Comm: mpi4py's Graphcomm methods, collectives' collectives."""
+
+    _mpi = MPI.Graphcomm
+
+
+class Distgraphcomm(Comm, MPI.Distgraphcomm):
+    """A distributed-graph-topology Comm: mpi4py's Distgraphcomm methods, collectives' collectives."""
+
+    _mpi = MPI.Distgraphcomm
+
+
+# The Comm class of each topology kind mpi4py returns.
+_KIND = {MPI.Cartcomm: Cartcomm, MPI.Graphcomm: Graphcomm, MPI.Distgraphcomm: Distgraphcomm}
+
+
 _WRAPPER = None  # MPI attribute key under which a communicator keeps its Comm
 _WRAPPED = {}  # the same Comms by their communicator's handle, found without an MPI call
 
@@ -317,11 +371,11 @@ def wrap(comm):
     if _WRAPPER is None:
         _WRAPPER = MPI.Comm.Create_keyval(delete_fn=_free_wrapper)
     wrapper = comm.Get_attr(_WRAPPER)
-    if wrapper is None or wrapper._coll == MPI.COMM_NULL:  # none yet, or freed by its user
+    if wrapper is None or not wrapper._live:  # none yet, or freed by its user
         wrapper = Comm(comm)
         comm.Set_attr(_WRAPPER, wrapper)
     _WRAPPED[comm.handle] = wrapper
     return wrapper
 
 
-__all__ = ["Comm", "NATIVE", "wrap"]
+__all__ = ["Cartcomm", "Comm", "Distgraphcomm", "Graphcomm", "NATIVE", "wrap"]

@@ -16,7 +16,8 @@ import numpy as np
 from mpi4py import MPI
 
 from .agreement import joined
-from .comm import Comm, wrap
+from ._dispatch import Allreduce
+from .comm import _WRAPPED, wrap
 from .schedule import blocks
 
 # What scatter's root tells the others, in int64s: dtype string length (-1: the root's
@@ -55,10 +56,7 @@ def _send(array, out):
     return _input(array, out)
 
 
-def allreduce(comm, array, op="sum", algorithm="auto", out=None):
-    """Combine ``array`` of every rank with ``op``; every rank gets the result."""
-    c = comm if type(comm) is Comm else wrap(comm)
-    return c._engine.allreduce_array(array, op, algorithm, out)
+allreduce = Allreduce(wrap, _WRAPPED)
 
 
 def iallreduce(comm, array, op="sum", algorithm="auto", out=None):
