@@ -44,7 +44,9 @@ def main(argv=None):
     abort.install()
     if argv[0] == "bench":
         from .bench.cli import main as bench
-        return bench(argv[1:])
+        status = bench(argv[1:])
+        abort.exit_agreed()
+        return status
     prog = f"collectives {argv[0]}"
     debug = _debug(argv)
     from .train.errors import DataError, UsageError
@@ -54,11 +56,15 @@ def main(argv=None):
             from .ml.job import main as run
         else:
             from .train.job import main as run
-        return run(argv[1:])
+        status = run(argv[1:])
+        abort.exit_agreed()
+        return status
     except (UsageError, DataError) as exc:
-        # every rank raises the same error (see errors.together): one line is enough
+        # every rank raises the same error (see errors.together): one line is enough, and
+        # every rank leaves with its status
         if world.Get_rank() == 0:
             _say(prog, exc, debug)
+        abort.exit_agreed()
         return exc.status
     except Exception as exc:
         print(f"{prog}: error: internal error on rank {world.Get_rank()}: {type(exc).__name__}: {exc}",

@@ -20,7 +20,7 @@ ranks, the all-reduce's node-aware algorithms are rows of the same selection.
 """
 from mpi4py import MPI
 
-from . import config, node, plans, transport, watchdog
+from . import abort, config, node, plans, transport, watchdog
 from .derived import derived
 from .executor import NATIVE, TAG
 from .registry import ALGORITHMS, resolve_name
@@ -92,6 +92,7 @@ class Comm(MPI.Intracomm):
         self._coll.Set_errhandler(MPI.ERRORS_RETURN)
         self._scratch = {}  # executor.buffer's reused buffers, by purpose
         self._live = True  # until Free
+        abort.arm(self._env.abort_on_error)
         nodes = node.discover(self._coll, self._env.node, self._child) if _nodes is None else _nodes
         self._engine = Dispatcher(self._coll, self._env, check, self._timeout, self._on_timeout, self.algorithms,
                                   nodes, plans.make, [TAG[c] for c in ALGORITHMS], not NATIVE)

@@ -91,12 +91,19 @@ VARIABLES = (
     Variable("COLLECTIVES_CHECK", "bool", True, "communicator",
              "Agree across ranks on every collective's arguments before (or as) it runs, so a "
              "mismatch raises the same ValueError on every rank; 0 turns the check off.", _flag),
-    Variable("COLLECTIVES_TIMEOUT", "seconds", 0.0, "communicator",
+    Variable("COLLECTIVES_TIMEOUT", "seconds", 1800.0, "communicator",
              "The stall watchdog: seconds a collective may wait without progress before it "
-             "raises StallError (or aborts); 0 turns it off.", _seconds),
+             "raises StallError (or aborts); 0 turns it off.  The default, 30 minutes, is PyTorch's "
+             "for its CPU backend (Gloo): longer than a CPU job's I/O between collectives.", _seconds),
     Variable("COLLECTIVES_TIMEOUT_MODE", "raise | abort", "raise", "communicator",
              "What a stall does: raise StallError on the rank that waited, or abort the job "
              "with exit status 124.", _choice("raise", "abort")),
+    Variable("COLLECTIVES_ABORT_ON_ERROR", "bool", True, "communicator",
+             "Once a program has made a Comm, an uncaught exception or a non-zero sys.exit on any "
+             "rank ends the whole job with MPI_Abort (exit status 124 for a stall, else 1 or the "
+             "sys.exit status) instead of leaving the other ranks waiting; 0 keeps Python's own "
+             "handling (read when the first Comm is made; interactive sessions and pytest keep "
+             "theirs).", _flag),
     Variable("COLLECTIVES_<COLLECTIVE>", "algorithm name", "auto", "communicator",
              "Force an algorithm for one collective, e.g. COLLECTIVES_ALLREDUCE=ring (one variable "
              "per collective: " + ", ".join(c.upper() for c in COLLECTIVES) + "); a per-Comm or "
@@ -168,6 +175,7 @@ class Settings(NamedTuple):
     check: bool
     timeout: float
     timeout_mode: str
+    abort_on_error: bool
     algorithms: dict
     tuning: str
     explain: bool
@@ -180,6 +188,7 @@ def snapshot(environ=None):
         check=get("COLLECTIVES_CHECK", environ),
         timeout=get("COLLECTIVES_TIMEOUT", environ),
         timeout_mode=get("COLLECTIVES_TIMEOUT_MODE", environ),
+        abort_on_error=get("COLLECTIVES_ABORT_ON_ERROR", environ),
         algorithms={c: get(f"COLLECTIVES_{c.upper()}", environ) for c in COLLECTIVES},
         tuning=get("COLLECTIVES_TUNING", environ),
         explain=get("COLLECTIVES_EXPLAIN", environ),

@@ -1,7 +1,10 @@
 """The stall watchdog: a collective or primitive blocked longer than a limit raises or aborts.
 
-Set ``COLLECTIVES_TIMEOUT=<seconds>`` (or ``Comm(comm, timeout=...)``; 0 or unset: off) on
-every rank alike.  Where a wait would block (a blocking send or receive row of a schedule,
+Every Comm is watched: 30 minutes by default, ``COLLECTIVES_TIMEOUT=<seconds>`` (or
+``Comm(comm, timeout=...)``) for another limit, 0 for none; set it alike on every rank.  A
+CPU job may wait at a collective through long I/O on another rank, so the default is
+PyTorch's for its CPU backend (Gloo), not the minutes its GPU backend allows.  Where a wait
+would block (a blocking send or receive row of a schedule,
 a WAITALL row, the argument check's exchange, a push/receive/pull/serve), the executors
 then poll MPI_Test* instead, with a backoff and a monotonic clock, still without the GIL in
 the native executor.  When one wait has made no progress for ``timeout`` seconds the
@@ -9,7 +12,8 @@ outstanding requests are cancelled (or, for a send the MPI cannot cancel, releas
 
 * ``COLLECTIVES_TIMEOUT_MODE=raise`` (default; ``Comm(..., on_timeout="raise")``) raises
   ``StallError`` (a TimeoutError) on that rank, and the Comm is unusable afterwards, as
-  after a failed schedule;
+  after a failed schedule; left uncaught, it ends the job with exit status 124
+  (collectives.abort);
 * ``abort`` prints the same message on stderr and calls ``MPI_Abort`` on COMM_WORLD with
   status ``EXIT_STATUS``, so the whole job ends.
 
@@ -24,7 +28,6 @@ Not watched: calls delegated to MPI's own collective (long double, user-defined 
 MPI gives no way to give up on a blocking collective; their argument check is watched.
 """
 import os
-import sys
 import time
 
 from . import config
@@ -63,10 +66,14 @@ def settings(timeout=None, on_timeout=None, env=None):
 class StallError(TimeoutError):
     """A wait outlived the watchdog's limit; every request it had started is cancelled or released.
 
+    A job that dies of one ends with ``exit_status`` (collectives.abort).
+
     ``collective``, ``call`` (its number on the communicator, from 1), ``step``, ``rank``,
     ``peers`` (the ranks still awaited, as (rank, "send" | "receive") pairs) and ``waited``
     (seconds).
     """
+
+    exit_status = EXIT_STATUS
 
     def __init__(self, collective, step, rank, peers, waited, call=None):
         super().__init__(collective, step, rank)
@@ -90,15 +97,9 @@ def stalled(engine, exc, call=None):
     exc.call = call
     engine.broken = str(exc)
     if engine.on_timeout == "abort":
-        from mpi4py import MPI
+        from .abort import end
 
-        from .abort import FORWARD_S
-
-        sys.stderr.write(f"collectives: {exc}; aborting the job (MPI_Abort, exit status "
-                         f"{EXIT_STATUS})\n")
-        sys.stderr.flush()
-        time.sleep(FORWARD_S)
-        MPI.COMM_WORLD.Abort(EXIT_STATUS)
+        end(f"collectives: {exc}; aborting the job (MPI_Abort, exit status {EXIT_STATUS})\n", EXIT_STATUS)
 
 
 def poll(test, limit):

@@ -1,12 +1,19 @@
-"""An uncaught exception on one rank ends the whole job quickly, with the rank, host and
-traceback on stderr and a non-zero exit status, instead of leaving the other ranks waiting."""
+"""A failing job ends by itself: an uncaught exception or a non-zero sys.exit on one rank of a
+plain ``mpiexec python prog.py`` that made a Comm ends the whole job quickly, with the rank,
+host and traceback on stderr and a non-zero exit status (124 for a stall), instead of
+leaving the other ranks waiting; a caught error stays the program's."""
+import os
+import signal
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
 
 from collectives.abort import EXIT_STATUS
-from tests.launch import mpiexec, own_jobs
+from collectives.watchdog import EXIT_STATUS as STALLED
+from tests.launch import ROOT, clean_env, launcher, mpiexec, own_jobs
 
 pytestmark = own_jobs
 
@@ -34,9 +41,9 @@ IN_THREAD = ("import threading; t = threading.Thread(target=lambda: 1 / 0, name=
 BOUND_S = 60
 
 
-def _run(args, timeout=2 * BOUND_S):
+def _run(args, timeout=2 * BOUND_S, ranks=2, env=None):
     start = time.monotonic()
-    done = mpiexec(2, args, timeout=timeout)
+    done = mpiexec(ranks, args, timeout=timeout, env=env)
     return done, time.monotonic() - start
 
 
@@ -61,6 +68,94 @@ def test_exception_in_a_thread_aborts_the_job():
     done, seconds = _run(["-c", FAILING.format(install="collectives.abort_on_error()", fail=IN_THREAD)])
     _assert_aborted(done, seconds, "ZeroDivisionError")
     assert "in thread 'worker'" in done.stderr
+
+
+def test_a_plain_program_ends_on_an_exception_with_nothing_set():
+    """mpiexec -n 3 python prog.py, no setting, no runner: rank 1's ValueError ends the job."""
+    done, seconds = _run(["-c", FAILING.format(install="", fail=RAISE)], ranks=3)
+    _assert_aborted(done, seconds, "ValueError")
+    assert "boom on purpose" in done.stderr
+
+
+def test_a_plain_program_ends_on_a_nonzero_sys_exit():
+    done, seconds = _run(["-c", FAILING.format(install="import sys", fail="sys.exit(3)")], ranks=3)
+    assert done.returncode == EXIT_STATUS, (done.returncode, done.stderr)
+    assert seconds < BOUND_S and f"collectives: rank 1 on {socket.gethostname()}: sys.exit(3)" in done.stderr
+
+
+# Rank 2 skips the first of two all-reduces; the others stall in it after the limit.
+SKIPPED = """
+from mpi4py import MPI
+import numpy as np
+import collectives
+comm = collectives.Comm(MPI.COMM_WORLD)
+if comm.rank != 2:
+    {call}
+comm.Allreduce(MPI.IN_PLACE, np.ones(4))
+"""
+
+
+def test_a_skipped_call_ends_the_job_naming_the_missing_rank():
+    done, seconds = _run(["-c", SKIPPED.format(call="comm.Allreduce(MPI.IN_PLACE, np.ones(4))")], ranks=3,
+                         env={"COLLECTIVES_TIMEOUT": "2"})
+    assert done.returncode == STALLED, (done.returncode, done.stderr)
+    assert seconds < BOUND_S, done.stderr
+    assert "uncaught StallError" in done.stderr and "for rank(s) 2" in done.stderr, done.stderr
+
+
+CAUGHT = """
+from mpi4py import MPI
+import numpy as np
+import collectives
+comm = collectives.Comm(MPI.COMM_WORLD)
+if comm.rank != 2:
+    try:
+        comm.Allreduce(MPI.IN_PLACE, np.ones(4))
+    except collectives.watchdog.StallError:
+        print("caught on rank", comm.rank, flush=True)
+fresh = collectives.Comm(MPI.COMM_WORLD)
+out = np.ones(4)
+fresh.Allreduce(MPI.IN_PLACE, out)
+assert (out == 3).all()
+print("done", flush=True)
+"""
+
+
+def test_a_caught_stall_stays_the_programs():
+    """Ranks 0 and 1 catch their StallError, then all three all-reduce on a fresh Comm and
+    leave normally: nothing aborts behind the program's back."""
+    done, _ = _run(["-c", CAUGHT], ranks=3, env={"COLLECTIVES_TIMEOUT": "2"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("caught on rank") == 2 and done.stdout.count("done") == 3, done.stdout
+
+
+def test_the_default_limit_is_in_force():
+    done, _ = _run(["-c", "from mpi4py import MPI\nimport collectives\nc = collectives.Comm(MPI.COMM_WORLD)\n"
+                    "print(c.timeout, c.on_timeout, flush=True)"], ranks=1)
+    assert done.returncode == 0 and done.stdout.split() == ["1800.0", "raise"], (done.stdout, done.stderr)
+
+
+def test_no_limit_keeps_waiting():
+    """COLLECTIVES_TIMEOUT=0: the skipped call waits until the outer limit; then the job is
+    killed, process group and all."""
+    code = SKIPPED.format(call="comm.Allreduce(MPI.IN_PLACE, np.ones(4))")
+    job = subprocess.Popen([*launcher(), "-n", "3", sys.executable, "-c", code], cwd=ROOT,
+                           env=clean_env(COLLECTIVES_TIMEOUT="0"), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            job.communicate(timeout=8)
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.communicate()
+
+
+def test_the_switch_keeps_pythons_handling():
+    """COLLECTIVES_ABORT_ON_ERROR=0 with every rank failing alike: Python's own exit status 1,
+    and no abort message."""
+    done, _ = _run(["-c", "from mpi4py import MPI\nimport collectives\nc = collectives.Comm(MPI.COMM_WORLD)\n"
+                    "raise ValueError('every rank')"], env={"COLLECTIVES_ABORT_ON_ERROR": "0"})
+    assert done.returncode != 0 and "aborting the job" not in done.stderr and "every rank" in done.stderr
 
 
 def test_runner_aborts_on_nonzero_sys_exit():

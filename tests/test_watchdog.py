@@ -44,7 +44,7 @@ def test_settings_from_the_environment(monkeypatch):
     assert watchdog.settings(0, "raise") == (0.0, "raise")
     monkeypatch.delenv("COLLECTIVES_TIMEOUT")
     monkeypatch.delenv("COLLECTIVES_TIMEOUT_MODE")
-    assert watchdog.settings() == (0.0, "raise")
+    assert watchdog.settings() == (1800.0, "raise")  # watched unless told otherwise
 
 
 @pytest.mark.serial

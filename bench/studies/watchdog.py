@@ -1,10 +1,11 @@
 """What the stall watchdog costs when it does not fire: all-reduce latency with no timeout
-against a generous one (``Comm(comm, timeout=3600)``), interleaved in one launch.
+(``Comm(comm, timeout=0)``) against the default one (``Comm(comm)``, 30 minutes),
+interleaved in one launch.
 
 Run under mpiexec, e.g. ``mpiexec -n 2 python -m bench.studies.watchdog``.  For each size and each
 configuration (argument check on, as users get ``Comm``; off), the contenders alternate in
 rounds of ``--calls`` timed calls; the table gives the median per-call microseconds over the
-rounds and the ratio watched / unwatched (below 1: the watched one was faster).  Native MPI
+rounds and the ratio default / unwatched (below 1: the watched one was faster).  Native MPI
 ``Allreduce`` is measured in the same rounds as the yardstick.  Pure Python
 (COLLECTIVES_PUREPYTHON=1) runs the same way.
 """
@@ -18,7 +19,7 @@ from bench.common import interleaved, table
 from collectives import Comm
 
 SIZES = (8, 1 << 20)
-GENEROUS_S = 3600.0
+DEFAULT = None  # the Comm's default limit (collectives.config: COLLECTIVES_TIMEOUT)
 
 
 def per_call(comm, x, calls):
@@ -39,7 +40,7 @@ def main(argv=None):
     world = MPI.COMM_WORLD
     comms = {"native": world}
     for check in (True, False):
-        for limit in (0, GENEROUS_S):
+        for limit in (0, DEFAULT):
             comms[(check, limit)] = Comm(world, check=check, timeout=limit)
     rows = []
     for nbytes in SIZES:
@@ -50,14 +51,14 @@ def main(argv=None):
         # every rank's view of a round is the same call sequence; rank 0's medians are the report
         med = {name: float(np.median(t)) * 1e6 for name, t in got.items()}
         for check in (True, False):
-            off, on = med[(check, 0)], med[(check, GENEROUS_S)]
+            off, on = med[(check, 0)], med[(check, DEFAULT)]
             rows.append({"bytes": nbytes, "check": "on" if check else "off", "native us": med["native"],
-                         "no timeout us": off, "timeout us": on, "ratio": on / off})
+                         "no timeout us": off, "default us": on, "ratio": on / off})
     if world.rank == 0:
         print(f"# np={world.size}, {args.rounds} interleaved rounds of {args.calls} calls, median us per call; "
               "shared 2-core machine")
         for line in table([("bytes", 9, "d"), ("check", 6, "s"), ("native us", 10, ".2f"),
-                           ("no timeout us", 14, ".2f"), ("timeout us", 11, ".2f"), ("ratio", 7, ".3f")], rows):
+                           ("no timeout us", 14, ".2f"), ("default us", 11, ".2f"), ("ratio", 7, ".3f")], rows):
             print(line)
 
 
