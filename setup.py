@@ -139,6 +139,7 @@ def extension(name, sources):
 EXTENSIONS = [
     extension("collectives._kernels", ["collectives/_kernels.pyx", "csrc/reduce.c"]),
     extension("collectives._compress", ["collectives/_compress.pyx", "csrc/quantize.c", "csrc/sparsify.c"]),
+    extension("collectives._timeline", ["collectives/_timeline.pyx"]),
     extension("collectives._requests", ["collectives/_requests.pyx"]),
     extension("collectives._exchange", ["collectives/_exchange.pyx", "csrc/reduce.c"]),
     extension("collectives._executor", ["collectives/_executor.pyx", "csrc/reduce.c"]),

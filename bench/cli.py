@@ -9,6 +9,7 @@
     collectives-bench tune --np 2:8                            # the auto decision table (tune.py)
     collectives-bench model                                    # cost model: fit, compare, project (model.py)
     mpiexec -n 2 collectives-bench forms                       # every call form of a collective at one cost
+    collectives-bench timeline trace.json -o timeline.png      # draw a timeline of every rank (timeline.py)
     collectives-bench --summary                                 # combine earlier JSON results
 
 Sizes: ``-m MIN:MAX`` (OSU) or ``-b MIN -e MAX -f FACTOR`` (nccl-tests), units K, M, G (binary).
@@ -114,7 +115,7 @@ def size_range(args):
 def main(argv=None):
     """Command line entry point; returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] in (["plot"], ["tune"], ["model"], ["forms"]):
+    if argv[:1] in (["plot"], ["tune"], ["model"], ["forms"], ["timeline"]):
         return importlib.import_module(f".{argv[0]}", __package__).main(argv[1:])
     ap = parser()
     args = ap.parse_args(argv)

@@ -5,6 +5,7 @@ from mpi4py cimport MPI
 
 from collectives._buffers cimport Arg, Views
 from collectives._exchange cimport X_HEADER, Exchange
+from collectives._timeline cimport Recorder, Ring
 
 # Collective indices, as in collectives.registry.ALGORITHMS (and agreement.COLLECTIVE_INDEX).
 cdef enum:
@@ -37,7 +38,7 @@ cdef class _Plan:
     cdef Py_ssize_t lead  # the leading rows that may start before the exchange (plans.make)
     cdef bint reads_in
     cdef object name, reason, node_aware
-    cdef Py_ssize_t nbytes
+    cdef Py_ssize_t nbytes, count
     cdef object key  # the call shape it serves (Engine.plan's key)
 
 
@@ -77,6 +78,10 @@ cdef class Engine:
     cdef int opc
     cdef Py_ssize_t root
     cdef object op_object
+    # The timeline (COLLECTIVES_TIMELINE): its ring (NULL when off) and when the call began.
+    cdef readonly Recorder timeline
+    cdef Ring *ring
+    cdef double t_call
 
     cdef bint ready(self) except -1
     cdef object behind(self, method, tuple args)
@@ -94,6 +99,7 @@ cdef class Engine:
     cdef int refuse(self, int coll, object exc) except -1
     cdef int launch(self, int coll, _Plan pl, char *acc, Py_ssize_t acc_n, char *inp, Py_ssize_t in_n,
                     int dtype, int op, char *out=*, Py_ssize_t out_n=*, bint early=*) except -1
+    cdef Py_ssize_t elements(self, int coll, _Plan pl)
     cdef void done(self, _Plan pl)
     cdef void say(self, int coll, object text)
     cdef object native(self, int coll, object why, object method, tuple args)

@@ -20,7 +20,8 @@ from mpi4py.libmpi cimport *
 from collectives._csrc cimport ck_itemsize
 from collectives._exchange cimport x_agrees, x_checked
 from collectives._executor cimport ACC_BUF, IN_BUF, NBUFS, OUT_BUF, TMP_BUF, run_checked
-from collectives._requests cimport NEVER_S
+from collectives._requests cimport NEVER_S, monotonic
+from collectives._timeline cimport CALL, CHECK, TRANSFER, put
 from collectives import exchange as _twin
 from collectives._executor import ScheduleError
 from collectives.agreement import COLLECTIVE_INDEX, Disagreement, disagreement
@@ -61,9 +62,11 @@ cdef class Engine:
     """
 
     def __init__(self, MPI.Comm comm, settings, bint check, double timeout, on_timeout, algorithms,
-                 nodes, make_plan, tags, bint pure):
+                 nodes, make_plan, tags, bint pure, Recorder timeline=None):
         cdef int i
         self.comm = comm
+        self.timeline = timeline
+        self.ring = &timeline.ring if timeline is not None else NULL
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.settings, self.check, self.on_timeout = settings, check, on_timeout
@@ -104,6 +107,7 @@ cdef class Engine:
         """Watch every wait for ``limit`` seconds (collectives.watchdog); 0 turns it off."""
         self.timeout = limit
         self.x.w.limit = limit if limit > 0 else NEVER_S
+        self.x.w.ring = self.ring
 
     def __len__(self):
         """Number of cached plans."""
@@ -127,6 +131,8 @@ cdef class Engine:
         """Whether a call may run now, on this thread; raises when the Comm is unusable."""
         if self.broken is not None:
             raise RuntimeError(f"collectives.Comm is unusable: {self.broken}")
+        if self.ring != NULL:
+            self.t_call = monotonic()
         # The progress thread runs the queued call at the head of the queue: its turn.
         return (self.progress is None or not self.progress.busy()
                 or (self.queue_thread != 0 and PyThread_get_thread_ident() == self.queue_thread))
@@ -194,7 +200,7 @@ cdef class Engine:
             pl.steps = np.ascontiguousarray(pl.steps, dtype=np.int64)
             pl.nsteps = pl.steps.shape[0]
             pl.rows = <const int64_t *>cnp.PyArray_DATA(pl.steps)
-            pl.nbytes = nbytes
+            pl.nbytes, pl.count = nbytes, count
             pl.key = key
             self.plans.put(key, pl, pl.steps.nbytes + PLAN_OVERHEAD)
         self.hot[coll] = pl
@@ -227,6 +233,7 @@ cdef class Engine:
         v[3 + w] = -coll
         v[4 + w] = -algo
         self.x.kind = kind
+        self.x.w.code = coll
         self.x.nbytes, self.x.block, self.x.dtype, self.x.op = nbytes, block, dtype, op
         v[self.nvec] = nbytes if kind != X_HEADER and has else 0
 
@@ -271,7 +278,12 @@ cdef class Engine:
             return 0
         self.fingerprint(coll, pl.algo, nfields, False, X_HEADER if pl.fused < 0 else pl.fused, nbytes,
                          block, dtype, op, has)
+        cdef double t0 = monotonic() if self.ring != NULL else 0
         self.exchange(_NAMES[coll], pl.name if pl.fused >= 0 else "argument check")
+        if self.ring != NULL:
+            # A fused plan's exchange carries the data: it is the transfer.
+            put(self.ring, t0, monotonic(), TRANSFER if pl.fused >= 0 else CHECK, coll, pl.algo, nbytes,
+                self.elements(coll, pl), -1)
         return self.judge(_NAMES[coll], keys, counts)
 
     def agree_fields(self, collective, algorithm, tuple keys, values, bint error=False):
@@ -314,25 +326,37 @@ cdef class Engine:
         buf[IN_BUF] = inp if inp != NULL else _empty
         buf[OUT_BUF] = out if out != NULL else _empty
         name = f"{_NAMES[coll]} ({pl.name})"
+        cdef double t0 = monotonic() if self.ring != NULL else 0
+        cdef int disagreed = 0
         try:
             if self.pure:
                 bufs = [array_at(buf[ACC_BUF], acc_n), array_at(buf[TMP_BUF], tmp_n),
                         array_at(buf[IN_BUF], in_n), array_at(buf[OUT_BUF], out_n)]
                 run_python(self.comm, pl.steps, bufs, dtype, op, self.tags[coll], self.timeout, name)
-                return 0
-            return run_checked(self.comm.ob_mpi, pl.rows, pl.nsteps, buf, dtype, op, self.tags[coll],
-                               pl.nreq, _NAMES[coll], self.timeout, pl.name, &self.x if early else NULL,
-                               pl.lead if early else 0)
+            else:
+                disagreed = run_checked(self.comm.ob_mpi, pl.rows, pl.nsteps, buf, dtype, op, self.tags[coll],
+                                        pl.nreq, _NAMES[coll], self.timeout, pl.name, &self.x if early else NULL,
+                                        pl.lead if early else 0, self.ring, coll)
         except ScheduleError as exc:
             self.broken = str(exc)
             raise
         except StallError as exc:
             stalled(self, exc, self.started)
             raise
+        if self.ring != NULL:
+            put(self.ring, t0, monotonic(), TRANSFER, coll, pl.algo, pl.nbytes, self.elements(coll, pl), -1)
+        return disagreed
+
+    cdef Py_ssize_t elements(self, int coll, _Plan pl):
+        """The call's element count for the timeline: a broadcast's plan counts bytes."""
+        return self.recv.count if coll == BCAST else pl.count
 
     cdef void done(self, _Plan pl):
         self.last_algorithm = pl.name
         self.calls += 1
+        if self.ring != NULL:
+            put(self.ring, self.t_call, monotonic(), CALL, pl.key[0], pl.algo, pl.nbytes, self.elements(pl.key[0], pl),
+                -1)
         if self.explain:
             self.say(pl.key[0], f"{pl.nbytes} B -> {pl.name}: {pl.reason}")
 
@@ -353,6 +377,8 @@ cdef class Engine:
             self.exchange(_NAMES[coll], "argument check")
             self.judge(_NAMES[coll], (), False)
         getattr(self.comm, method)(*args)
+        if self.ring != NULL:
+            put(self.ring, self.t_call, monotonic(), CALL, coll, self.native_index[coll], 0, 0, -1)
 
 
 cdef class Queued:

@@ -240,6 +240,7 @@ def exchange(MPI.Comm comm, int64_t[::1] vec, int kind=X_HEADER, data=None, Py_s
     cdef int64_t *head
     x.comm, x.tag, x.kind, x.dtype, x.op, x.block = comm.ob_mpi, EXCHANGE_TAG, kind, dtype, op, block
     x.w.limit = timeout if timeout > 0 else NEVER_S
+    x.w.ring = NULL
     x.nh = vec.shape[0] + 1
     x.cap = 8 * x.nh + FUSED_BYTES
     x.nbytes = 0

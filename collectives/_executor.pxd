@@ -3,6 +3,7 @@ from libc.stdint cimport int64_t
 from mpi4py.libmpi cimport MPI_Comm
 
 from collectives._exchange cimport Exchange
+from collectives._timeline cimport Ring
 
 # A schedule row's kind, its width and the buffers it names: as in collectives/schedule.py.
 cdef enum:
@@ -23,4 +24,4 @@ cdef enum:
 
 cdef int run_checked(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char **buf, int dtype,
                      int op, int tag, Py_ssize_t nreq, object collective, double limit=*,
-                     object algorithm=*, Exchange *x=*, Py_ssize_t lead=*) except -1
+                     object algorithm=*, Exchange *x=*, Py_ssize_t lead=*, Ring *ring=*, int code=*) except -1

@@ -113,7 +113,8 @@ class ScheduleError(pyMPI.Exception):
 
 cdef int run_checked(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char **buf, int dtype,
                      int op, int tag, Py_ssize_t nreq, object collective, double limit=0,
-                     object algorithm=None, Exchange *x=NULL, Py_ssize_t lead=0) except -1:
+                     object algorithm=None, Exchange *x=NULL, Py_ssize_t lead=0, Ring *ring=NULL,
+                     int code=0) except -1:
     """run_steps without the GIL, watched when ``limit`` > 0 seconds (else polled without a
     limit); TypeError, ScheduleError or StallError when a step fails, naming ``collective``
     (and ``algorithm`` when given).
@@ -121,7 +122,8 @@ cdef int run_checked(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, cha
     With ``x`` (collectives.agreement's "Overlap"): the first ``lead`` rows, sends and receives
     into buffers that carry no input, start with synchronous sends; then x's exchange runs
     and the schedule goes on only if it agreed.  1 when it disagreed (``settle`` has run, no
-    request is left), else 0.
+    request is left), else 0.  ``ring``: the timeline's, where each wait is recorded as one of
+    collective ``code``.
     """
     cdef size_t size = ck_itemsize(dtype)
     cdef MPI_Request *reqs = NULL
@@ -141,6 +143,7 @@ cdef int run_checked(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, cha
         limit = NEVER_S
     w.limit = limit
     w.waited = 0
+    w.ring, w.code = ring, code
     nreq += 2  # room for a send or receive row's own requests
     element_type(size, &t)
     if x != NULL:

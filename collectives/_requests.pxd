@@ -1,6 +1,8 @@
 # MPI requests as every wait of the native side sees them: polled, watched, given up.
 from mpi4py.libmpi cimport MPI_Comm, MPI_Datatype, MPI_Request, MPI_Status
 
+from collectives._timeline cimport Ring
+
 cdef extern from *:
     """
     #define COLLECTIVES_NEVER_S 1e300
@@ -19,6 +21,8 @@ cdef struct Watch:
     double limit   # seconds one wait may make no progress (NEVER_S: unwatched)
     double waited  # on expiry: how long the wait had blocked
     int *peer      # per request: its peer's rank
+    Ring *ring     # the timeline's ring, where each wait is recorded (NULL: no timeline)
+    int code       # the collective the waits are of, for their records
 
 
 cdef double monotonic() noexcept nogil

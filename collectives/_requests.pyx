@@ -12,6 +12,8 @@ blocking calls.
 from posix.time cimport clock_gettime, nanosleep, timespec, CLOCK_MONOTONIC
 from mpi4py.libmpi cimport *
 
+from collectives._timeline cimport WAIT, put
+
 from collectives.watchdog import GRACE_S, MAX_PAUSE_S, SPIN_S, YIELD_S, StallError
 
 cdef double _spin_s = SPIN_S, _yield_s = YIELD_S, _max_pause_s = MAX_PAUSE_S, _grace_s = GRACE_S
@@ -59,8 +61,16 @@ cdef int wait_requests(int n, MPI_Request *reqs, char *is_recv, Watch *w,
                        MPI_Status *statuses=MPI_STATUSES_IGNORE) noexcept nogil:
     """Every wait of a schedule or the exchange, polled up to ``w.limit``; on expiry, each
     request still pending gets bit 2 in ``is_recv`` (its peer is in ``w.peer``)."""
-    cdef int rc, i, flag
+    cdef int rc, i, flag, peer = -1
+    cdef double start = monotonic() if w.ring != NULL else 0
     rc = poll_all(n, reqs, w.limit, &w.waited, statuses)
+    if w.ring != NULL and n:
+        # The rank waited for: a receive's peer, else a send's.
+        for i in range(n):
+            if is_recv[i] & 1:
+                peer = w.peer[i]
+                break
+        put(w.ring, start, monotonic(), WAIT, w.code, -1, 0, 0, peer if peer >= 0 else w.peer[0])
     if rc == TIMED_OUT:
         for i in range(n):
             flag = 1

@@ -20,7 +20,7 @@ ranks, the all-reduce's node-aware algorithms are rows of the same selection.
 """
 from mpi4py import MPI
 
-from . import abort, config, node, plans, transport, watchdog
+from . import abort, config, node, plans, timeline as timeline_module, transport, watchdog
 from .derived import derived
 from .executor import NATIVE, TAG
 from .registry import ALGORITHMS, resolve_name
@@ -60,6 +60,10 @@ class Comm(MPI.Intracomm):
         COLLECTIVES_TIMEOUT; 0: off).  Set it alike on every rank.
     on_timeout : {"raise", "abort"}, optional
         What a stall does (default: COLLECTIVES_TIMEOUT_MODE, else "raise").
+    timeline : str or False, optional
+        Record a timeline of every collective call of this process into this trace file
+        (default: COLLECTIVES_TIMELINE; collectives.timeline).  Give it alike on every rank.
+        Once a timeline is on, every Comm records into it, unless made with ``timeline=False``.
     """
 
     _mpi = MPI.Intracomm  # the mpi4py class of this kind
@@ -72,8 +76,8 @@ class Comm(MPI.Intracomm):
         # not derive from it first.
         return MPI.Intracomm.__new__(cls, comm)
 
-    def __init__(self, comm=None, *, algorithms=None, check=None, timeout=None, on_timeout=None, _nodes=None,
-                 _env=None, _owned=False):
+    def __init__(self, comm=None, *, algorithms=None, check=None, timeout=None, on_timeout=None, timeline=None,
+                 _nodes=None, _env=None, _owned=False):
         if self.Is_inter():
             raise TypeError("collectives.Comm takes intracommunicators only")
         # What the environment says (collectives.config), read once: calls never read it.
@@ -93,9 +97,12 @@ class Comm(MPI.Intracomm):
         self._scratch = {}  # executor.buffer's reused buffers, by purpose
         self._live = True  # until Free
         abort.arm(self._env.abort_on_error)
+        recorder = None if timeline is False else timeline_module.recorder(timeline or self._env.timeline,
+                                                                            self._coll)
+        self._recording = None if recorder is not None else False  # the timeline of the Comms it makes
         nodes = node.discover(self._coll, self._env.node, self._child) if _nodes is None else _nodes
         self._engine = Dispatcher(self._coll, self._env, check, self._timeout, self._on_timeout, self.algorithms,
-                                  nodes, plans.make, [TAG[c] for c in ALGORITHMS], not NATIVE)
+                                  nodes, plans.make, [TAG[c] for c in ALGORITHMS], not NATIVE, recorder)
 
     def _adopt(self, made):
         """``made`` (a communicator one of this Comm's constructors returned) as a Comm of its
@@ -103,7 +110,7 @@ class Comm(MPI.Intracomm):
         if made == MPI.COMM_NULL or made.Is_inter():
             return made
         return Comm(made, algorithms=self.algorithms, check=self.check, timeout=self._timeout,
-                    on_timeout=self._on_timeout, _env=self._env, _owned=True)
+                    on_timeout=self._on_timeout, timeline=self._recording, _env=self._env, _owned=True)
 
     def _child(self, made):
         """A Comm over ``made`` (split from this one by node.discover) that owns it and never
@@ -113,8 +120,8 @@ class Comm(MPI.Intracomm):
         the algorithm, count, dtype and op, from which every phase's arguments follow on every
         rank (a check per phase would add a round trip per phase, one of them between nodes)."""
         return Comm(made, algorithms={k: v for k, v in self.algorithms.items() if k != "allreduce"},
-                    check=False, timeout=self._timeout, on_timeout=self._on_timeout, _nodes=node.FLAT,
-                    _env=self._env, _owned=True)
+                    check=False, timeout=self._timeout, on_timeout=self._on_timeout, timeline=self._recording,
+                    _nodes=node.FLAT, _env=self._env, _owned=True)
 
     def __repr__(self):
         return f"<collectives.{type(self).__name__} rank {self.Get_rank()} of {self.Get_size()}>"

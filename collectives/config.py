@@ -111,6 +111,9 @@ VARIABLES = (
     Variable("COLLECTIVES_TUNING", "path", "", "communicator",
              "The decision table auto uses (JSON, as collectives-bench tune writes it) instead of "
              "the shipped collectives/data/tuning.json.", _text),
+    Variable("COLLECTIVES_TIMELINE", "path", "", "communicator",
+             "Record every collective call of the process, with its phases and waits, and write a "
+             "Chrome trace file per rank and one merged at the end (collectives.timeline).", _text),
     Variable("COLLECTIVES_EXPLAIN", "bool", False, "communicator",
              "Print one line per collective call on stderr saying which algorithm ran and why.", _flag),
     Variable("COLLECTIVES_NODE", "layout", "", "communicator",
@@ -178,6 +181,7 @@ class Settings(NamedTuple):
     abort_on_error: bool
     algorithms: dict
     tuning: str
+    timeline: str
     explain: bool
     node: str
 
@@ -191,6 +195,7 @@ def snapshot(environ=None):
         abort_on_error=get("COLLECTIVES_ABORT_ON_ERROR", environ),
         algorithms={c: get(f"COLLECTIVES_{c.upper()}", environ) for c in COLLECTIVES},
         tuning=get("COLLECTIVES_TUNING", environ),
+        timeline=get("COLLECTIVES_TIMELINE", environ),
         explain=get("COLLECTIVES_EXPLAIN", environ),
         node=get("COLLECTIVES_NODE", environ),
     )

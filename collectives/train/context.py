@@ -5,6 +5,7 @@ import contextlib
 import sys
 import time
 
+from .. import timeline
 from . import optim, straggler as stragglers
 from .batches import Batches
 from .checkpoint import Checkpoints
@@ -16,7 +17,10 @@ from .sums import Sums
 
 class Clock:
     """Seconds spent per activity: compute, comm (exposed), hidden (overlapped comm), eval, and
-    wait (for the slowest peer, before an exchange; see Sums.synchronise)."""
+    wait (for the slowest peer, before an exchange; see Sums.synchronise); each also a phase of
+    the timeline, when one is on (collectives.timeline)."""
+
+    PHASE = dict(compute="gradient", comm="communication", eval="evaluation", wait="wait")
 
     def __init__(self):
         self.total = dict(compute=0.0, comm=0.0, hidden=0.0, eval=0.0, wait=0.0)
@@ -25,7 +29,8 @@ class Clock:
     def __call__(self, what):
         t = time.perf_counter()
         try:
-            yield
+            with timeline.phase(self.PHASE[what]):
+                yield
         finally:
             self.total[what] += time.perf_counter() - t
 
@@ -91,6 +96,14 @@ class Context:
             yield
             if self.stragglers:
                 self.stragglers.stretch(self.stragglers.slowdown(), t)
+
+    def updating(self):
+        """The optimizer's step: a phase of the timeline, not one of the Clock's totals."""
+        return timeline.phase("update")
+
+    def checkpointing(self):
+        """A checkpoint's gathering and writing: a phase of the timeline."""
+        return timeline.phase("checkpoint")
 
     def new_optimizer(self, size=None):
         """A fresh optimizer of the chosen kind for ``size`` parameters (default: the model's)."""

@@ -193,6 +193,9 @@ def parser():
     a("--max-steps", type=int, default=None, help="stop after N steps in total")
     a("--metrics", default=None, help="write metrics as JSON here")
     a("--save", default=None, help="write the model (.npz) here")
+    a("--timeline", default=None, metavar="PATH",
+      help="write a timeline of every rank (Chrome trace JSON) here: the collectives and the training phases; "
+           "also COLLECTIVES_TIMELINE")
     a("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar (default: on a tty)")
     a("--debug", action="store_true", help="on an error, print the traceback too (or set COLLECTIVES_DEBUG=1)")
     return p
@@ -202,7 +205,7 @@ def main(argv=None):
     """Run the training job; returns 0, or PREEMPTED (75) after a SIGTERM's checkpoint, or raises
     UsageError / DataError on every rank."""
     args = parser().parse_args(argv)
-    comm = Comm()
+    comm = Comm(timeline=args.timeline)
     try:
         status = _run(comm, args)
     except (UsageError, DataError):

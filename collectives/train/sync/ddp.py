@@ -81,6 +81,7 @@ class DDP(Stepped):
         clock.total["comm"] += end - t_wait + blocked[0]
         clock.total["hidden"] += t_wait - started
         self.spans.append((end - started, end - t_wait))
-        opt.step(w, ctx.objective.add_penalty(w, g / count))
+        with ctx.updating():
+            opt.step(w, ctx.objective.add_penalty(w, g / count))
         total = sum(a for a, _ in self.spans)
         ctx.progress.overlap = 1 - sum(b for _, b in self.spans) / total if total > 0 else 0.0

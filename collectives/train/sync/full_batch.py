@@ -21,7 +21,8 @@ class FullBatch(Stepped):
 
     def step(self, w, opt, epoch, s, item):
         """One optimizer iteration; True when converged."""
-        wn, self.F, self.G = opt.iterate(w, self.F, self.G, self.ctx.objective.value, *self.extra)
+        with self.ctx.updating():
+            wn, self.F, self.G = opt.iterate(w, self.F, self.G, self.ctx.objective.value, *self.extra)
         moved = not np.array_equal(wn, w)
         w[...] = wn
         return not moved or np.abs(self.G).max() < self.ctx.o["tol"]

@@ -45,6 +45,8 @@ class Local(LocalModels):
         """A step on this rank's batch; every ``local_steps`` steps, the average."""
         ctx = self.ctx
         index, count = item
-        opt.step(w, ctx.objective.add_penalty(w, ctx.local_gradient(w, index) / count))
+        g = ctx.objective.add_penalty(w, ctx.local_gradient(w, index) / count)
+        with ctx.updating():
+            opt.step(w, g)
         if (ctx.progress.t + 1) % ctx.o["local_steps"] == 0:
             w[...] = ctx.sums.average(w) if self.anchor is None else ctx.sums.compressed_average(w, self.anchor)

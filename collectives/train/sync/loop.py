@@ -63,7 +63,8 @@ class Stepped:
                 if stop:
                     ctx.reporter.report(epoch, self.model_of(w), force=True)
                 if o["checkpoint"] and ((o["checkpoint_every"] and progress.t % o["checkpoint_every"] == 0) or stop):
-                    ctx.checkpoints.save_step(o["checkpoint"], epoch + last, 0 if last else s + 1, w, opt)
+                    with ctx.checkpointing():
+                        ctx.checkpoints.save_step(o["checkpoint"], epoch + last, 0 if last else s + 1, w, opt)
                 if stop:
                     return self.model_of(w)
             ctx.reporter.report(epoch, self.model_of(w))

@@ -107,7 +107,8 @@ class ParameterServer:
             shards = states[self.workers:]
             whole = {k: v if isinstance(v, int) else np.concatenate([s[k] for s in shards], axis=-1)
                      for k, v in shards[0].items()}
-        ctx.checkpoints.write(ctx.o["checkpoint"], epoch, step, whole, "replicated")
+        with ctx.checkpointing():
+            ctx.checkpoints.write(ctx.o["checkpoint"], epoch, step, whole, "replicated")
         return stop or ctx.preemption.preempted
 
     def _work(self, w, group, n, epoch0, step0):
@@ -191,7 +192,7 @@ class ParameterServer:
         arrived = np.zeros(nw)              # when each worker's last push arrived
 
         def step(g):
-            with ctx.computing():
+            with ctx.computing(), ctx.updating():
                 opt.step(shard, g + lam * shard * mask)
 
         while not finished.all():

@@ -28,4 +28,5 @@ class Sync(Stepped):
             g = ctx.objective.shard_sum(w, index)
         else:
             g = ctx.sums.gradient(ctx.local_gradient(w, index))
-        opt.step(w, ctx.objective.add_penalty(w, g / count))
+        with ctx.updating():
+            opt.step(w, ctx.objective.add_penalty(w, g / count))
