@@ -3,6 +3,7 @@
     python tools/docs_pages.py            # write docs/algorithms.md and docs/configuration.md
     python tools/docs_pages.py --check    # exit 1 naming each page that differs from the code
     python tools/docs_pages.py --offline build/docs/html   # exit 1 if a page loads anything remote
+    python tools/docs_pages.py --build build/docs/html     # make docs: Sphinx, then --offline
 
 * docs/algorithms.md comes from the header of every module in collectives/algorithms/ (its
   first line, then its paragraphs, "Steps:", "Restrictions:", "Cost:" and "Bytes sent per
@@ -236,7 +237,19 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page is stale")
     ap.add_argument("--offline", metavar="HTML_DIR", help="check a built site loads nothing remote")
+    ap.add_argument("--build", metavar="HTML_DIR", help="build the site with Sphinx (warnings as errors), "
+                    "then check it as --offline does")
     args = ap.parse_args(argv)
+    if args.build:
+        from sphinx.cmd.build import build_main
+
+        # -E: read every page again, so a warning of an unchanged page still fails the build.
+        status = build_main(["-E", "-W", "--keep-going", "-q", "-b", "html", "-d",
+                             os.path.join(os.path.dirname(os.path.abspath(args.build)), "doctrees"),
+                             os.path.join(ROOT, "docs"), args.build])
+        if status:
+            return status
+        args.offline = args.build
     if args.offline:
         found = remote_loads(args.offline)
         for path, tag in found:
