@@ -60,7 +60,7 @@ def test_every_algorithm_has_a_cost(name):
 def test_cost_matches_the_header(name):
     text, formula = HEADERS[name]
     mod = _module(name)
-    assert text in " ".join(mod.__doc__.split()), f"{name}'s header no longer reads {text!r}"
+    assert text in " ".join(mod.__doc__.split()), f"{name}'s header does not read {text!r}"
     # The recursive doubling line is its cost for p off a power of two; at a power of two the
     # fold's terms vanish (lg pof2 steps).
     ps = (3, 5, 6, 7) if name == "allreduce_recursive_doubling" else (2, 3, 4, 5, 8, 13)
