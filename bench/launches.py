@@ -11,7 +11,7 @@
 * ``--wait-fast SECONDS`` (both modes, and ``collectives-bench tune``): before each launch, run
   the state probe (state.py, of the machine's slow state) until it reads the fast state, for
   at most SECONDS; a launch that starts in the slow state anyway says so on stderr and in the
-  JSON file.  On the 2-core machine behind the README one large launch puts the next ones
+  JSON file.  On the 2-core machine of docs/results/ one large launch puts the next ones
   into the slow state for a minute or two, so launches run back to back mix the two states.
 """
 import json

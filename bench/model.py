@@ -19,19 +19,14 @@ and projected to large rank counts.
     intercept of a least-squares line through the same ping-pong's p50 at PIPELINE_FIT sizes
     (at least alpha(p)), and beta(p, n) is then (p50 - that intercept) / n, so one message of
     n bytes still costs its ping-pong time; a schedule's steps of n / p bytes each pay the
-    start-up instead of a share of the whole message's.  On this machine, in two fits, it is
-    3.7-4.0 us against 1.5 at np=2 and 11-14 against 7 at np=4 (ping-pong 16 KiB 5.3 us, 256 KiB
-    24 us at np=2).  Over two fits and two fast-state sweeps of np 2..8 (2026-11-24 and -25,
-    each fit against each sweep) it puts 218-282 of 840 cells within 25%, against 168-194
-    without it;
+    start-up instead of a share of the whole message's (what it gains:
+    docs/results/cost-model.md);
   - the exchange beta(p, n), for the algorithms whose STEPS are "exchange" (every rank sends
     and receives at once in each step): from bench/p2p.py's ``exchange`` in a launch of p
     ranks (every rank a Sendrecv to rank + 1 from rank - 1 at once, 8 B .. 64 MiB), (p50 -
     the alpha charged) / n, so one step of n bytes costs the measured exchange.  On shared
-    memory all ranks then move their bytes through the one memory system at once: in a fit of
-    2026-11-27 it was 1.5-2.9x the ping-pong's beta at np=8 from 64 KiB and 1.4-1.6x at np=2
-    from 16 MiB.  That fit put 864 of 1680 cells (two launches per np of a judgement) within
-    25% with it, 540 with the ping-pong's beta for every algorithm;
+    memory all ranks then move their bytes through the one memory system at once, which a
+    ping-pong between two ranks never shows (what it gains: docs/results/cost-model.md);
   - gamma(n), the float32 sum kernel (collectives.kernels.reduce_into, the combine every
     reducing schedule calls) at n bytes, median of several runs, 4 KiB .. 64 MiB: in cache
     and out of it;

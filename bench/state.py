@@ -3,13 +3,13 @@
     mpiexec -n 2 python -m collectives.bench.state
     until mpiexec -n 2 python -m collectives.bench.state; do sleep 20; done   # wait for the fast state
 
-On the 2-core virtual machine the README's figures come from, MPICH 5.0.2's out-of-place
+On the 2-core virtual machine of docs/results/, MPICH 5.0.2's out-of-place
 Allgather of 1 MiB at np=2 took 78-82 us, except for a minute or two after a launch that had
 moved large buffers: then it took 300-390 us, and its Allreduce of 1 MiB 600-630 us instead of
 170-180 us. Its in-place Allgather (the same messages, without copying the own block into the
 result first), a Sendrecv and memcpy kept their speed in the same processes. Native ratios
-measured in that state flatter ours, so each launch behind a README figure waited for this
-probe to read the fast state.
+measured in that state flatter ours, so the records in docs/results/ say which launches
+waited for this probe to read the fast state.
 
 Prints both medians and their ratio on rank 0; exits 1 when out-of-place / in-place is above
 LIMIT (the slow state: 6.5-8.5 here, against 1.7-1.8 in the fast state), else 0, on every

@@ -142,7 +142,7 @@ cdef _q8_unpack(const int8_t[::1] q, const floating[::1] scales, size_t bucket, 
 
 def int8_compress(x, Py_ssize_t bucket, q, scales, bint stochastic=False, uint64_t seed=0,
                   residual=None):
-    """Per bucket: scale = max|v| / 127, q = round(v / scale), rounding to nearest or stochastic."""
+    """Per bucket: scale = ``max|v| / 127``, q = round(v / scale), rounding to nearest or stochastic."""
     if not _bucketed_ok(len(x), bucket, len(q), len(scales), residual, False) or (
             stochastic and len(x) > MAX_COUNTER):
         check_bucketed("int8", len(x), bucket, q, scales, residual, seed_used=stochastic)
@@ -172,7 +172,7 @@ def int8_decompress_add(q, scales, Py_ssize_t bucket, dst):
 
 
 def qsgd_compress(x, Py_ssize_t bucket, int levels, uint64_t seed, q, norms, residual=None):
-    """Per bucket: norm = ||v||_2, q = sign(v) * stochastic round of |v| / norm * levels."""
+    """Per bucket: norm = ``||v||_2``, q = sign(v) * stochastic round of ``|v| / norm`` * levels."""
     if not _bucketed_ok(len(x), bucket, len(q), len(norms), residual, False) or (
             levels < 1 or levels > 127 or len(x) > MAX_COUNTER):
         check_bucketed("qsgd", len(x), bucket, q, norms, residual, levels=levels, seed_used=True)
@@ -218,7 +218,7 @@ cdef _sign_unpack(const uint8_t[::1] bits, const floating[::1] mags, size_t buck
 
 
 def sign_compress(x, Py_ssize_t bucket, bits, mags, residual=None):
-    """Per bucket: mag = mean |v|; bit i = (v_i >= 0), 8 per byte, little-endian bit order."""
+    """Per bucket: mag = mean ``|v|``; bit i = (v_i >= 0), 8 per byte, little-endian bit order."""
     if not _bucketed_ok(len(x), bucket, len(bits), len(mags), residual, True):
         check_bucketed("sign", len(x), bucket, bits, mags, residual)
     if _double(x, "sign_compress"):
@@ -271,7 +271,7 @@ cdef int64_t _topk(floating[::1] x, const floating[::1] add, size_t k, size_t ns
 
 
 def topk(x, Py_ssize_t k, idx, vals, bint zero=False, add=None):
-    """The min(k, n) largest |x| into (idx ascending, vals); ties to lower indices; zero them if asked.
+    """The min(k, n) largest ``|x|`` into (idx ascending, vals); ties to lower indices; zero them if asked.
 
     A given ``add`` is added into x first (in the same pass) and the selection is of the sum.
     """
@@ -284,7 +284,7 @@ def topk(x, Py_ssize_t k, idx, vals, bint zero=False, add=None):
 
 def approx_topk(x, Py_ssize_t k, Py_ssize_t nsample, uint64_t seed, idx, vals, bint zero=False,
                 add=None):
-    """At most k large |x| above a threshold sampled from nsample elements; returns the count."""
+    """At most k large ``|x|`` above a threshold sampled from nsample elements; returns the count."""
     check_sparse(x, k, idx, vals, exact=False, add=add)
     if nsample < 0:
         raise ValueError(f"approx_topk: nsample must be >= 0, got {nsample}")
@@ -312,7 +312,7 @@ cdef size_t _threshold(floating[::1] x, const floating[::1] add, double thr, int
 
 
 def threshold_count(x, double thr, add=None):
-    """Number of elements with |x| >= thr; a given ``add`` is added into x first, in the same pass."""
+    """Number of elements with ``|x| >= thr``; a given ``add`` is added into x first, in the same pass."""
     check_add(x, add)
     if _double(x, "threshold_count"):
         return _threshold[double](x, add, thr, None, None, True, False)
@@ -320,7 +320,7 @@ def threshold_count(x, double thr, add=None):
 
 
 def threshold(x, double thr, idx, vals, bint zero=False, add=None):
-    """Elements with |x| >= thr into (idx, vals), up to their length; returns how many qualify.
+    """Elements with ``|x| >= thr`` into (idx, vals), up to their length; returns how many qualify.
 
     A given ``add`` is added into x first (in the same pass) and the selection is of the sum.
     """

@@ -1,9 +1,9 @@
 """Runtime defaults of ``python -m collectives``, applied before MPI and NumPy start.
 
-What ``make demo`` used to export, so ``srun python -m collectives train`` and a batch script
-behave the same: one BLAS / OpenMP thread per rank (the ranks are the parallelism; threaded
-BLAS made a 0.08 s solve take 1.4 s here), and, when a node holds more ranks than cores,
-MPIR_CVAR_DEVICE_COLLECTIVES=none (MPICH's shared-memory collectives spin on flags and
+What the Makefile exports for its own launches, so ``srun python -m collectives train`` and a
+batch script behave as ``make demo`` does: one BLAS / OpenMP thread per rank (the ranks are
+the parallelism; threaded BLAS made a 0.08 s solve take 1.4 s here), and, when a node holds
+more ranks than cores, MPIR_CVAR_DEVICE_COLLECTIVES=none (MPICH's shared-memory collectives spin on flags and
 collapse when oversubscribed: 8 ms instead of 15 us per small all-reduce at np=4 on 2 cores).
 A variable the user has set, even to an empty string, is left alone.
 """

@@ -47,8 +47,8 @@ then costs about the latency of the first step, not a round trip more.  It stays
   That is safe only where MPI keeps a truncated message within the receive buffer, which
   MPICH does: there (``plans.EARLY_RECEIVES``) the leading receives start before the
   exchange.  Open MPI 5.0.11's ob1 writes a truncated rendezvous message past the buffer's
-  end (the evidence is at EARLY_RECEIVES; before this rule it corrupted the heap behind the
-  scratch buffer and the next call aborted), so under Open MPI, and any MPI not known to be
+  end (the evidence is at EARLY_RECEIVES: it corrupts the heap behind the scratch buffer, and
+  the next call aborts), so under Open MPI, and any MPI not known to be
   safe, only the leading sends start before the exchange and their receives are posted once
   it agrees: no receive then meets a message of another size.  The overlap there hides the
   start of the sends (an eager message's transfer, a rendezvous message's handshake), not

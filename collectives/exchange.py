@@ -54,8 +54,8 @@ from mpi4py import MPI
 
 # Payload kinds: what a message carries after its header and how a receiver combines it.
 HEADER, REDUCE, BCAST, GATHER = range(4)
-# The largest payload a fused collective carries (bytes): measured by bench.default_path,
-# and small enough that a message stays one eager send in MPICH's shared memory.
+# The largest payload a fused collective carries (bytes): small enough that a message stays one
+# eager send in MPICH's shared memory (measured by bench.default_path: docs/results/allreduce.md).
 FUSED_BYTES = 4096
 # The exchange's tag on the private communicator.
 TAG = 99

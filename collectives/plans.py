@@ -30,7 +30,7 @@ EARLY_RECEIVES = MPI.Get_library_version().startswith("MPICH")
 # copies it into the result as late as the schedule allows (``late_copy``), not before it:
 # copied first, its cache lines are dirty in this core's cache when the peer reads them, which
 # costs more than the copy.  Receiving more, the copy at the end reads an input the received
-# blocks have pushed out of a 2 MiB L2.  The measurements are in docs/results/.
+# blocks have pushed out of a 2 MiB L2.  Measured: docs/results/collectives.md.
 LATE_COPY_BYTES = 1 << 20
 
 

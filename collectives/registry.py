@@ -143,12 +143,10 @@ _BY_NAME = {a.name: a for table in (ALGORITHMS, NODE_ALGORITHMS) for rows in tab
 _BY_NAME.update({a.name: a for a in FUSED.values()})
 
 # auto across nodes: (largest message in bytes, algorithm) rows, first match that applies wins;
-# None: the flat choice.  Measured on the 2 nodes x 2 ranks testbed at 1 Gbit/s (bench/net,
-# median ms per launch, ranks bound to cores, two quiet runs of 3 launches, 2026-11-24):
-# 64 KiB best flat (recursive doubling or Rabenseifner) 0.34-0.46, hierarchical 0.48-0.65,
-# node_leader 0.49-0.69; 1 MiB hierarchical 7.93-8.15, node_leader 8.45-8.86 (slower in
-# all six launches), best flat (the ring) 11.4-11.6.  node_leader stays for layouts that
-# hierarchical does not take (nodes of different sizes).
+# None: the flat choice.  Up to 64 KiB the best flat algorithm beat both node-aware ones on the
+# 2 nodes x 2 ranks testbed, and from 1 MiB hierarchical beat node_leader in every launch
+# (docs/results/testbed.md).  node_leader stays for layouts that hierarchical does not take
+# (nodes of different sizes).
 NODE_AUTO = {
     "allreduce": [
         (64 << 10, None),
@@ -161,11 +159,9 @@ NODE_AUTO = {
 # auto's flat choice on a communicator that spans several nodes (collectives.node: ``spans``),
 # one rank per node included: (largest message in bytes, algorithm) rows, first match that
 # applies wins, in place of the table's rows, which are measured on one node (the fused rows,
-# taken with the check on, stay first).  Measured on the testbed at 1 Gbit/s (bench/net, median
-# ms over three launches, 2026-11-24): 64 KiB at 2x2 recursive doubling 0.66, Rabenseifner
-# 0.67, ring 0.77, the one-node table's all-to-all 1.09; at 4x1 recursive doubling 0.31,
-# ring 0.47.  From 1 MiB at 4x1 the ring 11.5 / 52.0 / 221 at 1 / 4 / 16 MiB, recursive
-# doubling 19.1 / 84.0 / 302, the one-node table's round-robin 268 at 16 MiB.
+# taken with the check on, stay first).  On the testbed's links recursive doubling was the
+# fastest up to 64 KiB and the ring from 1 MiB, where the one-node table's choices ran up to
+# 1.7x slower (docs/results/testbed.md).
 SPREAD_AUTO = {
     "allreduce": [
         (64 << 10, "allreduce_recursive_doubling"),

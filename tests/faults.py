@@ -1,5 +1,5 @@
 """Fault injection: each case is a real mpiexec launch that must end in a clear, rank-attributed
-error and a non-zero exit, never a hang.  Prints the markdown table of the README
+error and a non-zero exit, never a hang.  Prints the markdown table of docs/results/failures.md
 (``python -m tests.faults`` from the repository; ``--repeat K`` runs each case K times and gives the range).
 
 Programs run under ``python -m collectives.run`` (abort on an uncaught exception), with the
@@ -105,11 +105,11 @@ HYDRA_ONLY = ("sigkill-no-cleanup",)
 # then dies of the same signal, and the job ends with SIGKILL's 9 (Hydra, which kills the other
 # ranks) or 137 (Open MPI); under -disable-auto-cleanup the others run on until a survivor's
 # StallError (or the MPI error of a transfer the death cut short) stops them, and Hydra still
-# reports the killed rank's 9 (10 runs of 10 on 2026-11-27; the 1 measured before then was the
-# supervisor's own traceback: it tried to reset SIGKILL's handler, which no process may set).
+# reports the killed rank's 9 (docs/results/failures.md).  The supervisor leaves SIGKILL's
+# handler alone: no process may set it.
 STATUS = {"sigkill": (9, 137), "sigkill-no-cleanup": (9,)}
 
-# What the job leaves to resume from, by case (the README's last column).
+# What the job leaves to resume from, by case (the last column of docs/failures.md).
 NOTHING = "nothing to recover: no rank has state beyond the failed call"
 RECOVERED = dict.fromkeys(CASES, NOTHING)
 RECOVERED["train-raise"] = ("with `--checkpoint`, the last checkpoint (tests/test_checkpoint.py: "

@@ -3,10 +3,12 @@ import importlib
 import json
 import math
 
+import numpy as np
 import pytest
 
 from collectives.algorithms.allreduce_ring_segmented import SEGMENT
 from collectives.registry import ALGORITHMS, NODE_ALGORITHMS
+from collectives.schedule import ISEND, NONE, SENDRECV, Schedule, blocks
 
 pytestmark = pytest.mark.serial
 
@@ -58,13 +60,100 @@ def test_every_algorithm_has_a_cost(name):
 def test_cost_matches_the_header(name):
     text, formula = HEADERS[name]
     mod = _module(name)
-    assert text in " ".join(mod.__doc__.split()), f"{name}'s header no longer reads {text!r}"
+    assert text in " ".join(mod.__doc__.split()), f"{name}'s header does not read {text!r}"
     # The recursive doubling line is its cost for p off a power of two; at a power of two the
     # fold's terms vanish (lg pof2 steps).
     ps = (3, 5, 6, 7) if name == "allreduce_recursive_doubling" else (2, 3, 4, 5, 8, 13)
     for p in ps:
         for n in (4, 1000, 1 << 20, (1 << 20) + 12):
             assert mod.cost(p, n, A, B, G) == pytest.approx(formula(p, n), rel=1e-12), (p, n)
+
+
+# Each header's "Bytes sent per rank" line transcribed: (the busiest rank's bytes for p ranks
+# and n bytes, whether that is exact or a bound); n is the whole vector, as in the Cost line.
+def _lg(p):
+    return math.ceil(math.log2(p))
+
+
+def _every(f):
+    return f, True
+
+
+def _fold(f_pof2, f_else, exact=True):
+    return (lambda p, n: f_pof2(p, n) if _pof2(p) == p else f_else(p, n)), exact
+
+
+SENT = {
+    "allgather_pairwise": _every(lambda p, n: (p - 1) / p * n),
+    "allgather_ring": _every(lambda p, n: (p - 1) / p * n),
+    "allgather_recursive_doubling": _fold(lambda p, n: (p - 1) / p * n,
+                                          lambda p, n: (2 * (_pof2(p) - 1) / p + 1) * n, exact=False),
+    "allreduce_all_to_all": _every(lambda p, n: (p - 1) * n),
+    "allreduce_binomial": _every(lambda p, n: _lg(p) * n),
+    "allreduce_rabenseifner": _fold(lambda p, n: 2 * (p - 1) / p * n,
+                                    lambda p, n: (2 * (_pof2(p) - 1) / _pof2(p) + 1) * n),
+    "allreduce_recursive_doubling": _fold(lambda p, n: math.log2(p) * n,
+                                          lambda p, n: (math.log2(_pof2(p)) + 1) * n),
+    "allreduce_reduce_bcast": _every(lambda p, n: (p - 1) * n),
+    "allreduce_ring": _every(lambda p, n: 2 * (p - 1) / p * n),
+    "allreduce_ring_segmented": _every(lambda p, n: 2 * (p - 1) / p * n),
+    "allreduce_round_robin": _every(lambda p, n: 2 * (p - 1) / p * n),
+    "barrier_dissemination": _every(lambda p, n: 0),
+    "barrier_linear": _every(lambda p, n: 0),
+    "bcast_binomial": _every(lambda p, n: _lg(p) * n),
+    "bcast_scatter_allgather": _every(lambda p, n: 2 * (p - 1) / p * n),
+    "gather_binomial": _fold(lambda p, n: n / 2, lambda p, n: n / 2, exact=False),
+    "gather_linear": _every(lambda p, n: n / p),
+    "reduce_binomial": _every(lambda p, n: n),
+    "reduce_scatter_pairwise": _every(lambda p, n: (p - 1) / p * n),
+    "reduce_scatter_ring": _every(lambda p, n: (p - 1) / p * n),
+    "reduce_scatter_recursive_halving": _fold(lambda p, n: (p - 1) / p * n, lambda p, n: n),
+    "scatter_binomial": _every(lambda p, n: (p - 1) / p * n),
+    "scatter_linear": _every(lambda p, n: (p - 1) / p * n),
+}
+
+
+def _builder_args(collective, n, p):
+    """A builder's arguments for n elements of one byte in all (so counts are bytes), root 0."""
+    counts, _ = blocks(n, p)
+    return {"allreduce": (n,), "bcast": (n, 0), "reduce": (n, 0), "allgather": (counts,),
+            "reduce_scatter": (counts,), "gather": (counts, 0), "scatter": (counts, 0), "barrier": ()}[collective]
+
+
+def _busiest_sender(name, collective, p, n):
+    """The most bytes any rank's schedule sends (one-byte elements)."""
+    most = 0
+    for r in range(p):
+        s = Schedule(r, p)
+        getattr(_module(name), name)(s, *_builder_args(collective, n, p))
+        steps = s.finish()
+        sends = steps[np.isin(steps[:, 0], (SENDRECV, ISEND)) & (steps[:, 4] != NONE)]
+        most = max(most, int(sends[:, 3].sum()))
+    return most
+
+
+def test_every_flat_algorithm_states_its_bytes_sent():
+    flat = [a.name for rows in ALGORITHMS.values() for a in rows]
+    assert sorted(flat) == sorted(SENT)
+    for name in ALL:
+        assert "Bytes sent per rank:" in _module(name).__doc__, name
+
+
+@pytest.mark.parametrize("name", sorted(SENT))
+def test_bytes_sent_match_the_header(name):
+    """The schedule's busiest rank sends what the header says (at most that, for a bound), for
+    every p from 2 to 16 and a vector that splits evenly into any of them."""
+    formula, exact = SENT[name]
+    collective = next(c for c, rows in ALGORITHMS.items() if name in [a.name for a in rows])
+    n = 720720  # divisible by 1..16
+    for p in range(2, 17):
+        sent, stated = _busiest_sender(name, collective, p, n), formula(p, n)
+        if exact:
+            assert sent == pytest.approx(stated), (p, sent / n)
+        else:
+            assert sent <= stated * (1 + 1e-12), (p, sent / n)
+    if not exact:  # a bound that is reached at the powers of two
+        assert all(_busiest_sender(name, collective, p, n) == pytest.approx(formula(p, n)) for p in (2, 4, 8, 16))
 
 
 def test_model_fits_alpha_and_beta_per_size_from_a_ping_pong():

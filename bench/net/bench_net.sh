@@ -13,7 +13,7 @@
 # each launch (at 2x2, 4 ranks on 2 cores, one launch in four ran its whole 64 KiB row 24-43%
 # slower than the model, which one launch's figures cannot tell from a model error).  The combination:
 # bench/results/net_<rate>_<layout>.json.  LAUNCHES=1: one launch, written to that file as
-# measure.py's result with its model, as before.  Everything is torn down on exit, failure included.
+# measure.py's result with its model.  Everything is torn down on exit, failure included.
 #
 # `bench_net.sh train` (make bench-net-train) instead trains on 2 nodes x 2 ranks at each RATE
 # (default 1gbit): bench/net/train.py, time to accuracy per compressor.

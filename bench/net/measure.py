@@ -85,7 +85,7 @@ FIXED_BYTES, FIXED_REPS = 4096, 60
 
 def idle(seconds):
     """Wait ``seconds`` on the CPU: a sleeping rank gives its core away, and on a loaded machine
-    getting it back took milliseconds (64 KiB all-reduces went from 0.5 to 5-11 ms)."""
+    getting it back took milliseconds (64 KiB all-reduces took 5-11 ms instead of 0.5)."""
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass

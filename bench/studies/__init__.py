@@ -1,4 +1,4 @@
-"""Studies: one-off measurements behind claims in the README, run from the repository
+"""Studies: one-off measurements behind docs/results/, run from the repository
 (``mpiexec -n 4 python -m bench.studies.<name>``, or the make target named), not installed.
 
 * dataservers: training throughput with data servers against partitioned reading (make bench-stragglers).

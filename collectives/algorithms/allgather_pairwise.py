@@ -9,6 +9,8 @@ deadlock even where MPI_Send waits for the matching receive.  Every rank talks t
 other, so on a real network it loads all links, where the ring uses neighbours only.
 
 Cost: (p-1) alpha + ((p-1)/p) n beta.
+
+Bytes sent per rank: ((p-1)/p) n by every rank: its own block to each other rank.
 """
 from ..schedule import ACC, displacements
 

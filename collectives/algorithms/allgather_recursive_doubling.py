@@ -13,6 +13,11 @@ uneven blocks make the larger swaps uneven too.
 
 Cost: (lg pof2) alpha + ((pof2-1)/pof2) n beta for p a power of two; otherwise two more
 messages, a block in and the whole vector out: 2 more alpha and (1 + 1/p) n more beta.
+
+Bytes sent per rank: ((p-1)/p) n by every rank for p a power of two; otherwise at most (2
+(pof2-1)/p + 1) n: a virtual rank standing for two real ranks sends two blocks where the
+others send one, and each odd rank among the first 2 rem sends the whole result to its
+partner.
 """
 from ..schedule import ACC, displacements
 from ._cost import pof2, folded

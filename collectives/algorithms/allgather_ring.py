@@ -7,6 +7,8 @@ the one it received last (its own at first), to its right neighbour and receives
 Restrictions: none; blocks may be uneven or empty.
 
 Cost: (p-1) alpha + ((p-1)/p) n beta.
+
+Bytes sent per rank: ((p-1)/p) n by every rank.
 """
 from ..schedule import ACC, displacements
 

@@ -11,6 +11,8 @@ ranks; it moves p-1 times the data of the ring.
 
 Cost: (p-1) alpha + (p-1) n beta + (p-1) n gamma: a rank's p-1 messages are in flight at once,
 but each still pays its start-up, so the model charges every one.
+
+Bytes sent per rank: (p-1) n by every rank.
 """
 from ..schedule import ACC, TMP
 

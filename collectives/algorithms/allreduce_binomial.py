@@ -8,6 +8,9 @@ Restrictions: commutative ops (all of collectives.ops).  Every rank moves the wh
 each round, so long vectors prefer allreduce_ring or allreduce_rabenseifner.
 
 Cost: 2 ceil(lg p) (alpha + n beta) + ceil(lg p) n gamma.
+
+Bytes sent per rank: at most ceil(lg p) n, by rank 0 (a broadcast child per level); n by a
+leaf.
 """
 from ..schedule import ACC
 from ._cost import lg

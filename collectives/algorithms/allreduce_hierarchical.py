@@ -18,6 +18,9 @@ Restrictions: the same number of ranks on every node (the lanes all-reduce equal
 Cost, with intra-node (a, b) and inter-node (A, B) alpha-beta: ring reduce-scatter and
 all-gather in the node, 2 (k-1) a + 2 (k-1)/k n b + (k-1)/k n gamma, plus the lane all-reduce
 of n/k elements over m nodes by ring, 2 (m-1) A + 2 (m-1)/m (n/k) B + (m-1)/m (n/k) gamma.
+
+Bytes sent per rank: with ring phases, 2 ((k-1)/k) n within the node and 2 ((m-1)/m) (n/k)
+between nodes, by every rank.
 """
 import functools
 

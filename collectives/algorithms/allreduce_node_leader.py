@@ -16,6 +16,11 @@ over every rank, is the better choice.
 Cost, with k ranks per node and m nodes, intra-node (a, b) and inter-node (A, B), binomial
 trees in the node: 2 lg k (a + n b) + lg k n gamma, plus the leaders' all-reduce of n
 elements, lg m (A + n B + n gamma) by recursive doubling.
+
+Bytes sent per rank: within the node, n by every rank but the leader (to its parent in the
+reduce) plus n to each of its broadcast children (ceil(lg k) n at most, the leader); between
+nodes, a leader's share of the leaders' all-reduce (lg m n by recursive doubling when m is a
+power of two).
 """
 import functools
 

@@ -12,6 +12,9 @@ latency terms: the choice for large messages on many ranks.
 
 Cost: 2 lg pof2 alpha + 2 ((pof2-1)/pof2) n beta + ((pof2-1)/pof2) n gamma for p a power of
 two; otherwise 2 more alpha, 2 n more beta and n more gamma.
+
+Bytes sent per rank: 2 ((pof2-1)/pof2) n by every rank for p a power of two; otherwise at
+most n more, by the ranks that fold in.
 """
 from ._cost import pof2, folded
 from ._fold import Fold

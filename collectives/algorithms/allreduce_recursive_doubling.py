@@ -16,6 +16,9 @@ Restrictions: none.  Latency-optimal for p a power of two; best for small messag
 
 Cost: lg pof2 steps, plus 2 when p is not a power of two:
 (lg pof2 + 2) alpha + (lg pof2 + 2) n beta + (lg pof2 + 1) n gamma.
+
+Bytes sent per rank: (lg p) n by every rank for p a power of two; otherwise at most (lg pof2
++ 1) n.
 """
 from ..schedule import ACC, TMP
 from ._cost import pof2, folded

@@ -7,6 +7,8 @@ Restrictions: none.  Rank 0 handles all 2 (p-1) n of traffic and all the arithme
 a baseline, and the simplest correct schedule.
 
 Cost: 2 (p-1) (alpha + n beta) + (p-1) n gamma, all at rank 0.
+
+Bytes sent per rank: (p-1) n by rank 0, n by every other rank.
 """
 from ..schedule import ACC, TMP
 

@@ -10,6 +10,8 @@ Restrictions: none.  Bandwidth-optimal: every rank sends and receives 2 (p-1)/p 
 whatever p; the latency term grows with p, so small messages prefer recursive doubling.
 
 Cost: 2 (p-1) alpha + 2 ((p-1)/p) n beta + ((p-1)/p) n gamma.
+
+Bytes sent per rank: 2 ((p-1)/p) n by every rank.
 """
 from ..schedule import blocks
 from .allgather_ring import allgather_ring

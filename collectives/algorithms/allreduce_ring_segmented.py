@@ -19,6 +19,8 @@ so it is for messages of many segments per block.
 
 Cost: (p-1) (ceil(n / (p m)) + 1) alpha + 2 ((p-1)/p) n beta + ((p-1)/p) n gamma, m = SEGMENT,
 with most of the gamma term overlapped.
+
+Bytes sent per rank: 2 ((p-1)/p) n by every rank, as allreduce_ring.
 """
 from ..schedule import blocks
 from .allgather_ring import allgather_ring

@@ -15,6 +15,8 @@ Bandwidth-optimal like the ring, but each message goes from its sender to its fi
 in one hop: every pair of ranks exchanges a message in each phase, which a ring avoids.
 
 Cost: 2 (p-1) alpha + 2 ((p-1)/p) n beta + ((p-1)/p) n gamma.
+
+Bytes sent per rank: 2 ((p-1)/p) n by every rank.
 """
 from ..schedule import blocks
 from .allgather_pairwise import allgather_pairwise

@@ -7,6 +7,8 @@ from the 2^(k+1) - 1 ranks before it, so after the last round from all of them.
 Restrictions: none; any p.
 
 Cost: ceil(lg p) alpha.
+
+Bytes sent per rank: no bytes; ceil(lg p) empty messages by every rank.
 """
 from ..schedule import ACC
 from ._cost import lg

@@ -6,6 +6,8 @@ to everyone once it has heard from everyone.
 Restrictions: none.  Rank 0 handles 2 (p-1) messages, so latency grows linearly with p.
 
 Cost: 2 (p-1) alpha at rank 0.
+
+Bytes sent per rank: no bytes; p-1 empty messages by rank 0, one by every other rank.
 """
 from ..schedule import ACC
 

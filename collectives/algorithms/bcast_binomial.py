@@ -8,6 +8,9 @@ Restrictions: none; any root, any p.  Every rank moves the whole message each ro
 long messages prefer bcast_scatter_allgather.
 
 Cost: ceil(lg p) (alpha + n beta).
+
+Bytes sent per rank: at most ceil(lg p) n, by the root (a child per level); nothing by a
+leaf.
 """
 from ..schedule import ACC
 from ._binomial import tree

@@ -8,6 +8,9 @@ Restrictions: none; any root, any size (blocks may be empty).  Two phases of lat
 short messages prefer bcast_binomial.
 
 Cost: (ceil(lg p) + p - 1) alpha + 2 ((p-1)/p) n beta.
+
+Bytes sent per rank: at most 2 ((p-1)/p) n, by the root; ((p-1)/p) n plus the blocks it
+passes down the tree by every other rank.
 """
 from ..schedule import ACC, blocks
 from ._cost import lg

@@ -10,6 +10,10 @@ in rank order, taking a subtree whose ranks wrap past p - 1 as two messages.
 Restrictions: every rank must know every count (Gather, not Gatherv with unequal counts).
 
 Cost: ceil(lg p) alpha + ((p-1)/p) n beta at the root, for n bytes in all.
+
+Bytes sent per rank: its subtree's blocks, once, by every rank but the root: at most n/2
+(the largest subtree under the root holds at most half the ranks), n/p by a leaf, nothing by
+the root.
 """
 from ..schedule import ACC, IN, TMP
 from ._binomial import Blocks, tree

@@ -7,6 +7,8 @@ Restrictions: none; counts may differ and each rank needs only its own (Gatherv)
 takes p - 1 messages in turn, so latency grows linearly with p.
 
 Cost: (p-1) alpha + ((p-1)/p) n beta at the root, for n bytes in all.
+
+Bytes sent per rank: its own block, n/p, by every rank but the root; nothing by the root.
 """
 from ..schedule import ACC, IN
 from ._linear import star

@@ -12,6 +12,8 @@ result is folded in after the parent's own.  The order is fixed by the tree, so 
 is deterministic.
 
 Cost: ceil(lg p) (alpha + n beta + n gamma) at the root.
+
+Bytes sent per rank: n by every rank but the root, once, to its parent; nothing by the root.
 """
 from ..schedule import ACC, IN, TMP
 from ._binomial import tree

@@ -22,6 +22,8 @@ copies its input into ACC.  Output: with ``out``, the folds go straight into OUT
 caller's receive buffer, and ACC is never touched.
 
 Cost: (p-1) alpha + ((p-1)/p) n beta + ((p-1)/p) n gamma.
+
+Bytes sent per rank: ((p-1)/p) n by every rank.
 """
 from ..schedule import ACC, IN, OUT, TMP, displacements
 

@@ -23,6 +23,9 @@ between partners to give every reader the same bits.
 Cost: (lg pof2) alpha + ((pof2-1)/pof2) n (beta + gamma) for p a power of two; otherwise
 two more messages, the whole vector in (combined) and a block out: 2 more alpha,
 (1 + 1/p) n more beta and n more gamma.
+
+Bytes sent per rank: ((pof2-1)/pof2) n by every rank for p a power of two; otherwise at most
+n, by the even ranks that fold in their whole vector.
 """
 from ..schedule import ACC, IN, OUT, TMP, displacements
 from ._cost import pof2, folded

@@ -29,6 +29,8 @@ buffer, instead of ACC, so nothing is copied out either.
 
 Cost: (p-1) alpha + ((p-1)/p) n beta + ((p-1)/p) n gamma; in segments of m elements,
 (p-1) ceil(n / (p m)) alpha, with the gamma term hidden behind the beta term.
+
+Bytes sent per rank: ((p-1)/p) n by every rank.
 """
 from ..schedule import ACC, IN, OUT, TMP, displacements
 

@@ -9,6 +9,9 @@ its buffer in rank order, cutting a subtree whose ranks wrap past p - 1 in two m
 Restrictions: every rank must know every count (Scatter, not Scatterv with unequal counts).
 
 Cost: ceil(lg p) alpha + ((p-1)/p) n beta at the root, for n bytes in all.
+
+Bytes sent per rank: ((p-1)/p) n by the root; an inner rank passes on its children's
+subtrees, less than it received.
 """
 from ..schedule import ACC, IN, TMP
 from ._binomial import Blocks, tree

@@ -6,6 +6,8 @@ Restrictions: none; counts may differ and each rank needs only its own (Scatterv
 sends p - 1 messages in turn, so latency grows linearly with p.
 
 Cost: (p-1) alpha + ((p-1)/p) n beta at the root, for n bytes in all.
+
+Bytes sent per rank: ((p-1)/p) n by the root; nothing by any other rank.
 """
 from ..schedule import ACC, IN
 from ._linear import star

@@ -14,19 +14,20 @@ none           the values                                       yes       -     
 fp16           float16(x * scale)                               no [1]    off             requantize
 int8           int8 per element + one scale per bucket          yes [2]   off             requantize
 qsgd           s-level int8 per element + L2 norm per bucket    yes       off             requantize
-sign           1 bit per element + mean |x| per bucket          no        on              requantize
-topk           k (index, value) pairs of largest |x|            no        on              sparse
+sign           1 bit per element + mean ``|x|`` per bucket      no        on              requantize
+topk           k (index, value) pairs of largest ``|x|``        no        on              sparse
 dgc            <= k pairs above a sampled threshold             no        on              sparse
-threshold      (index, value) pairs with |x| >= t               no        on              sparse
+threshold      (index, value) pairs with ``|x|`` >= t           no        on              sparse
 randk          ~k values at indices drawn from a shared seed;   no [3]    on              sum
                indices never sent
 =============  ===============================================  ========  ==============  ============
 
-[1] round to nearest: error at most 2^-11 relative, not zero-mean in general.
-[2] with ``stochastic=True`` (the default); round-to-nearest int8 is biased.
-[3] with ``error_feedback=False`` values are scaled by 1/p, p the keep probability, which
-    makes it unbiased but multiplies the variance by about 1/p (100x at 1%); by default it
-    sends unscaled values and keeps the rest in the error-feedback residual.
+* [1] round to nearest: error at most 2^-11 relative, not zero-mean in general.
+* [2] with ``stochastic=True`` (the default); round-to-nearest int8 is biased.
+* [3] with ``error_feedback=False`` values are scaled by 1/p, p the keep probability, which
+  makes it unbiased but multiplies the variance by about 1/p (100x at 1%); by default it
+  sends unscaled values and keeps the rest in the error-feedback residual.
+
 Unbiased means E[decompress(compress(x))] = x over the seed, so the all-reduced sum is an
 unbiased estimate of the true sum, with the variance the tests bound.
 

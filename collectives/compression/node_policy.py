@@ -16,8 +16,8 @@ sends k (p - k) / p of P per phase out of each node, 2 k (N - 1) / N in all: k t
 bytes between nodes, for 2 (k - 1) / k of the uncompressed vector per rank through shared
 memory.  That pays when the bytes saved between nodes take longer than the extra intra-node
 passes: k (N - 1) / N * (payload / vector) >= NODE_RATIO (or COLLECTIVES_NODE_RATIO), the
-bandwidth between nodes over the intra-node reduce-scatter/all-gather's (1/8: on a 2 x 2 testbed of 1 Gbit/s links,
-16 MiB, int8 (0.25) ran node-aware in 63 ms against 87 flat, sign (0.03) in 38 against 21).
+bandwidth between nodes over the intra-node reduce-scatter/all-gather's (1/8, from the
+2 x 2 testbed at 1 Gbit/s: docs/results/testbed.md).
 The sum shape and the dense fallback move the same vector within and between nodes, so
 they always go node-aware.  The sparse all-gather goes node-aware too: each rank's pairs
 cross to each other node once (to its lane), then travel within the node, so a node link

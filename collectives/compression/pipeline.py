@@ -26,8 +26,8 @@ from .base import MASK, chunk_seed
 
 # Bytes of the vector per pipeline segment: while one segment crosses between nodes, the
 # intra-node phases and the (de)compression of its neighbours run.  Every segment adds
-# handshakes that wait for the peer to be scheduled: on the 2-core testbed (4 ranks, 2 x 2,
-# int8, 16 MiB) segments of 8 MiB ran in 62 ms, of 2 MiB in 81, 512 KiB in 155, one in 69.
+# handshakes that wait for the peer to be scheduled, so segments are few and large
+# (measured: docs/results/testbed.md).
 SEGMENT_BYTES = 8 << 20
 # Tags on the private communicators: intra-node sum, lane phases 1 and 2, intra-node share,
 # sparse pairs (collectives.compression.pairs).

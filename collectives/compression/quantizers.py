@@ -53,7 +53,7 @@ class _Bucketed(Compressor):
 
 
 class Int8(_Bucketed):
-    """int8 per element, scale max|x|/127 per bucket; stochastic rounding makes it unbiased."""
+    """int8 per element, scale ``max|x|/127`` per bucket; stochastic rounding makes it unbiased."""
 
     name = "int8"
 
@@ -75,7 +75,7 @@ class Int8(_Bucketed):
 
 
 class QSGD(_Bucketed):
-    """QSGD: |x| / ||bucket||_2 stochastically rounded to ``levels`` levels, sign kept."""
+    """QSGD: ``|x| / ||bucket||_2`` stochastically rounded to ``levels`` levels, sign kept."""
 
     name = "qsgd"
 
@@ -98,7 +98,7 @@ class QSGD(_Bucketed):
 
 
 class Sign(_Bucketed):
-    """1-bit sign per element, packed 8 per byte, times the mean |x| of its bucket."""
+    """1-bit sign per element, packed 8 per byte, times the mean ``|x|`` of its bucket."""
 
     name = "sign"
     unbiased = False

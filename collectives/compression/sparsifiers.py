@@ -87,7 +87,7 @@ class DGC(TopK):
 
 
 class Threshold(_Sparse):
-    """Every element with |x| >= threshold."""
+    """Every element with ``|x| >= threshold``."""
 
     name = "threshold"
 

@@ -2,7 +2,7 @@
 
 ``UsageError`` (exit status 2) is an invalid option or combination of options;
 ``DataError`` (exit status 1) is input that cannot be read or cannot be trained on.  Both
-are ValueErrors, so library callers catch them as before.
+are ValueErrors, so library callers catch them as any invalid argument.
 """
 import contextlib
 
