@@ -25,6 +25,7 @@ from libc.stdint cimport int64_t
 from libc.string cimport memcpy, memmove
 cimport numpy as cnp
 import numpy as np
+from mpi4py import MPI
 
 from collectives._buffers cimport (IN_PLACE, Arg, dtype_of, in_place_spec, integers, npy_num, op_code, resolve,
                                    resolve_vector, shares)
@@ -766,14 +767,12 @@ cdef class Dispatcher(Engine):
         self.done(pl)
 
 
-cdef class Allreduce:
-    """``collectives.allreduce(comm, array, op="sum", algorithm="auto", out=None)``: combine
-    ``array`` of every rank with ``op``; every rank gets the result, in ``out`` when given.
-
-    ``comm`` is a collectives.Comm or an mpi4py intracommunicator, whose Comm ``wrap``
-    (collectives.comm.wrap) gives and keeps in ``wrapped`` (by handle).  A callable object
-    rather than a Python function: the call goes from Python to the dispatcher in one step,
-    so the functional form costs what ``Comm.Allreduce`` does.
+cdef class Functional:
+    """The functional calls that run in the dispatcher: ``Functional(wrap, wrapped).allreduce``
+    is ``collectives.allreduce``.  ``wrap`` (collectives.comm.wrap) gives an mpi4py
+    intracommunicator's Comm, and ``wrapped`` keeps those by handle.  A method of an extension
+    type rather than a Python function: the call goes from Python to the dispatcher in one
+    step, with the arguments parsed as fast as a Comm method's.
     """
     cdef object wrap
     cdef dict wrapped
@@ -781,9 +780,17 @@ cdef class Allreduce:
     def __init__(self, wrap, dict wrapped):
         self.wrap, self.wrapped = wrap, wrapped
 
-    def __call__(self, comm, array, op="sum", algorithm="auto", out=None):
-        engine = getattr(comm, "_engine", None)
-        if engine is None:
+    def allreduce(self, comm, array, op="sum", algorithm="auto", out=None):
+        """``collectives.allreduce(comm, array, op="sum", algorithm="auto", out=None)``: combine
+        ``array`` of every rank with ``op``; every rank gets the result, in ``out`` when given.
+        ``comm`` is a collectives.Comm or an mpi4py intracommunicator."""
+        if type(comm) is MPI.Intracomm:
             known = self.wrapped.get(comm.handle)
-            engine = (known if known is not None and known._live else self.wrap(comm))._engine
+            engine = None if known is None else known._engine
+            if engine is None or (<Engine>engine).broken is not None:  # none yet, or freed
+                engine = self.wrap(comm)._engine
+        else:
+            engine = getattr(comm, "_engine", None)
+            if engine is None:
+                engine = self.wrap(comm)._engine
         return (<Dispatcher>engine).allreduce_array(array, op, algorithm, out)

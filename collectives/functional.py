@@ -16,7 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .agreement import joined
-from ._dispatch import Allreduce
+from ._dispatch import Functional
 from .comm import _WRAPPED, wrap
 from .schedule import blocks
 
@@ -56,7 +56,7 @@ def _send(array, out):
     return _input(array, out)
 
 
-allreduce = Allreduce(wrap, _WRAPPED)
+allreduce = Functional(wrap, _WRAPPED).allreduce
 
 
 def iallreduce(comm, array, op="sum", algorithm="auto", out=None):
