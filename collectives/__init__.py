@@ -21,12 +21,12 @@ if sys.argv[:1] == ["-m"] or os.path.basename(sys.argv[0] if sys.argv else "") i
 
 from . import p2p  # noqa: E402  (after the defaults: this starts MPI)
 from .abort import install as abort_on_error
-from .comm import Comm, wrap
+from .comm import Cartcomm, Comm, Distgraphcomm, Graphcomm, wrap
 from .functional import (allgather, allreduce, barrier, bcast, gather, iallreduce, reduce,
                          reduce_scatter, scatter)
 from .nonblocking import Request
 from .registry import ALGORITHMS, names
 
-__all__ = ["Comm", "abort_on_error", "Request", "ALGORITHMS", "names", "wrap", "p2p", "allreduce", "iallreduce",
+__all__ = ["Comm", "Cartcomm", "Graphcomm", "Distgraphcomm", "abort_on_error", "Request", "ALGORITHMS", "names", "wrap", "p2p", "allreduce", "iallreduce",
            "bcast", "reduce", "allgather", "reduce_scatter", "gather", "scatter", "barrier"]
 __version__ = "0.1.0"

@@ -67,8 +67,8 @@ def end(message, status):
     sys.stderr.flush()
     for save in BEFORE_ABORT:
         save()
-    # MPI_Abort makes the launcher kill every rank, and Hydra was seen to drop the output its
-    # proxy had not forwarded yet (about one run in ten): give it a moment to pass this on.
+    # MPI_Abort makes the launcher kill every rank, and Hydra drops what its proxy has not
+    # forwarded yet (about one run in ten without this pause): give it a moment to pass it on.
     time.sleep(FORWARD_S)
     if MPI.Is_initialized() and not MPI.Is_finalized():
         MPI.COMM_WORLD.Abort(status)

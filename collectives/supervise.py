@@ -13,12 +13,13 @@ sees nothing until the parent has printed, on stderr::
 
     collectives: rank 2 on node17 (pid 4242) was killed by signal 9 (SIGKILL); exit status 137
 
-then it dies of the same signal, so the launcher sees what it would have seen without it
-and ends the job as before (Hydra: SIGKILL to the other ranks, exit status 9).  Exiting
-instead, with status 128 + the signal number, left Hydra's cleanup to chance: at times the
-other ranks waited on forever.  An exit status the child returns, the parent returns too.  Signals a launcher or scheduler sends (to the process group: Hydra's and Slurm's SIGINT,
-SIGTERM, ...) reach the child directly; the parent ignores them.  The child is killed if the
-parent dies.
+then it dies of the same signal, so the launcher sees what it would see without the
+supervisor and ends the job the way it ends it for a killed rank (Hydra: SIGKILL to the other
+ranks, exit status 9).  An exit with status 128 + the signal number would not be that: Hydra
+treats it as an ordinary failed exit, whose cleanup does not always reach the other ranks.
+An exit status the child returns, the parent returns too.  Signals a launcher or scheduler
+sends (to the process group: Hydra's and Slurm's SIGINT, SIGTERM, ...) reach the child
+directly; the parent ignores them.  The child is killed if the parent dies.
 """
 import ctypes
 import ctypes.util

@@ -98,6 +98,7 @@ def recorder(path, coll):
         _world_rank = MPI.COMM_WORLD.Get_rank()
         offset, epoch = align(coll)
         _path = os.path.abspath(os.fspath(path))
+        os.makedirs(os.path.dirname(_path), exist_ok=True)
         _recorder = Recorder(ring_path(_path, _world_rank), _world_rank, MPI.COMM_WORLD.Get_size(), RECORDS,
                              offset, epoch)
         atexit.register(_at_exit)

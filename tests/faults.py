@@ -2,8 +2,9 @@
 error and a non-zero exit, never a hang.  Prints the markdown table of docs/results/failures.md
 (``python -m tests.faults`` from the repository; ``--repeat K`` runs each case K times and gives the range).
 
-Programs run under ``python -m collectives.run`` (abort on an uncaught exception), with the
-stall watchdog at ``TIMEOUT`` seconds where a case needs it.  tests/test_faults.py runs the
+Programs run under ``python -m collectives.run`` (abort on an uncaught exception and the
+supervisor), or as a plain ``python -c`` program (the ``plain-*`` cases: what a Comm arms by
+itself), with the stall watchdog at ``TIMEOUT`` seconds where a case needs it.  tests/test_faults.py runs the
 same cases and checks their outcome; the checkpoint cases (a write interrupted by SIGKILL,
 SIGTERM then resume) are tests/test_checkpoint.py's, not repeated here.
 """
@@ -53,8 +54,13 @@ sys.exit(main(["train", "--optimizer", "sgd", "--epochs", "3", "--no-progress"])
 
 def program(fault, count=4, calls=3, call="comm.Allreduce(MPI.IN_PLACE, x)"):
     """``python -m collectives.run -c PROGRAM`` with ``fault`` injected on rank 2."""
-    return ["-m", "collectives.run", "-c",
-            PROGRAM.format(fault=fault, count=count, calls=calls, call=call)]
+    return ["-m", "collectives.run", *plain(fault, count, calls, call)]
+
+
+def plain(fault, count=4, calls=3, call="comm.Allreduce(MPI.IN_PLACE, x)"):
+    """``python -c PROGRAM``, no runner, with ``fault`` injected on rank 2: as a user runs
+    ``mpiexec python prog.py``."""
+    return ["-c", PROGRAM.format(fault=fault, count=count, calls=calls, call=call)]
 
 
 KILL = ("threading.Timer(0.2, lambda: (print('fault at', time.time(), flush=True), "
@@ -93,6 +99,21 @@ CASES = {
                            "until the watchdog or an MPI error stops them), with the watchdog",
                            program(KILL, count=1 << 22, calls=10**6),
                            {"COLLECTIVES_TIMEOUT": str(TIMEOUT)}, KILLED, ["-disable-auto-cleanup"]),
+    "plain-raise": ("`mpiexec python prog.py`, nothing set: rank 2 raises ValueError",
+                    plain("raise ValueError('injected on rank 2')"), {},
+                    r"collectives: rank 2 on \S+: uncaught ValueError; aborting the job \(MPI_Abort, exit status 1\)"),
+    "plain-exit": ("`mpiexec python prog.py`, nothing set: rank 2 calls sys.exit(3)",
+                   plain("import sys; sys.exit(3)"), {},
+                   r"collectives: rank 2 on \S+: sys\.exit\(3\); aborting the job \(MPI_Abort, exit status 1\)"),
+    "plain-skip": ("`mpiexec python prog.py`, COLLECTIVES_TIMEOUT=2: rank 2 skips the second all-reduce",
+                   plain("continue"), {"COLLECTIVES_TIMEOUT": str(TIMEOUT)},
+                   r"StallError: allreduce \(allreduce_fused\), call 3 on this communicator: rank [01] has waited "
+                   r"\d+\.\d s at step \d+ for rank\(s\) 2 \(receive from 2\)"),
+    "plain-no-abort": ("`mpiexec python prog.py`, COLLECTIVES_ABORT_ON_ERROR=0 and COLLECTIVES_TIMEOUT=2: "
+                       "rank 2 raises ValueError",
+                       plain("raise ValueError('injected on rank 2')"),
+                       {"COLLECTIVES_ABORT_ON_ERROR": "0", "COLLECTIVES_TIMEOUT": str(TIMEOUT)},
+                       r"ValueError: injected on rank 2"),
     "train-raise": ("`python -m collectives train`: rank 1 raises in its 20th gradient",
                     ["-c", TRAINING], {},
                     r"internal error on rank 1: RuntimeError: injected failure in the gradient of rank 1"),
@@ -107,7 +128,8 @@ HYDRA_ONLY = ("sigkill-no-cleanup",)
 # StallError (or the MPI error of a transfer the death cut short) stops them, and Hydra still
 # reports the killed rank's 9 (docs/results/failures.md).  The supervisor leaves SIGKILL's
 # handler alone: no process may set it.
-STATUS = {"sigkill": (9, 137), "sigkill-no-cleanup": (9,)}
+STATUS = {"sigkill": (9, 137), "sigkill-no-cleanup": (9,), "plain-raise": (1,), "plain-exit": (1,),
+          "plain-skip": (124,)}
 
 # What the job leaves to resume from, by case (the last column of docs/failures.md).
 NOTHING = "nothing to recover: no rank has state beyond the failed call"
