@@ -28,8 +28,9 @@ def _say(prog, message, debug):
     print(f"{prog}: error: {text}", file=sys.stderr, flush=True)
 
 
-def main(argv=None):
-    """Dispatch to a command; returns the exit status."""
+def main(argv=None, usage=None):
+    """Dispatch to a command; returns the exit status.  ``usage`` names the command in its help
+    (``collectives-train`` for the console script; ``python -m collectives train`` otherwise)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     from mpi4py import MPI
 
@@ -56,7 +57,7 @@ def main(argv=None):
             from .ml.job import main as run
         else:
             from .train.job import main as run
-        status = run(argv[1:])
+        status = run(argv[1:], usage) if usage else run(argv[1:])
         abort.exit_agreed()
         return status
     except (UsageError, DataError) as exc:
@@ -74,7 +75,7 @@ def main(argv=None):
 
 def train():
     """The ``collectives-train`` command: ``python -m collectives train``."""
-    return main(["train", *sys.argv[1:]])
+    return main(["train", *sys.argv[1:]], usage="collectives-train")
 
 
 def bench():

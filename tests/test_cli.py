@@ -118,6 +118,14 @@ def test_help_once():
     assert "--debug" in result.stdout and not result.stderr
 
 
+def test_the_console_script_names_itself():
+    """``collectives-train --help`` shows that name in its usage, as the command a user typed."""
+    code = "import sys; from collectives.__main__ import train; sys.argv[0] = 'collectives-train'; sys.exit(train())"
+    result = subprocess.run(launcher() + ["-n", "1", sys.executable, "-c", code, "--help"],
+                            capture_output=True, text=True, timeout=120, env=clean_env())
+    assert result.returncode == 0 and result.stdout.startswith("usage: collectives-train "), result.stdout
+
+
 def test_no_test_set(tmp_path):
     """--test-fraction 0: no NaN anywhere; the job says there is no test set, and the metrics say null."""
     metrics = str(tmp_path / "m.json")

@@ -125,11 +125,11 @@ def _fraction(text):
     return value
 
 
-def parser():
-    """The argument parser of ``python -m collectives train``."""
+def parser(prog="python -m collectives train"):
+    """The argument parser of ``python -m collectives train`` (``prog``: the name its usage shows)."""
     d = DEFAULTS
     count = _at_least(1, int)
-    p = Parser(prog="python -m collectives train",
+    p = Parser(prog=prog,
                description="Train a model on LIBSVM data over collectives (run under mpiexec).")
     a = p.add_argument
     a("--data", default=D.DIGITS, help="LIBSVM file (default: the bundled handwritten digits), or "
@@ -201,10 +201,10 @@ def parser():
     return p
 
 
-def main(argv=None):
+def main(argv=None, prog="python -m collectives train"):
     """Run the training job; returns 0, or PREEMPTED (75) after a SIGTERM's checkpoint, or raises
-    UsageError / DataError on every rank."""
-    args = parser().parse_args(argv)
+    UsageError / DataError on every rank.  ``prog`` is the command's name in its usage."""
+    args = parser(prog).parse_args(argv)
     comm = Comm(timeline=args.timeline)
     try:
         status = _run(comm, args)
