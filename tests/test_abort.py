@@ -70,6 +70,29 @@ def test_exception_in_a_thread_aborts_the_job():
     assert "in thread 'worker'" in done.stderr
 
 
+# Rank 1 fails while its progress thread is inside MPI, waiting for a rank 0 that never joins.
+PENDING = """
+import time
+from mpi4py import MPI
+import numpy as np
+import collectives
+comm = collectives.Comm(MPI.COMM_WORLD)
+if comm.rank == 1:
+    request = comm.Iallreduce(MPI.IN_PLACE, np.ones(1 << 16))
+    time.sleep(0.3)
+    assert not request.Test()
+    raise ValueError('boom with a call in flight')
+time.sleep(2 * {bound})
+"""
+
+
+def test_a_rank_with_a_call_in_flight_ends_the_job():
+    """The progress thread's wait inside MPI does not keep the failing rank alive."""
+    done, seconds = _run(["-c", PENDING.format(bound=BOUND_S)])
+    _assert_aborted(done, seconds, "ValueError")
+    assert "boom with a call in flight" in done.stderr
+
+
 def test_a_plain_program_ends_on_an_exception_with_nothing_set():
     """mpiexec -n 3 python prog.py, no setting, no runner: rank 1's ValueError ends the job."""
     done, seconds = _run(["-c", FAILING.format(install="", fail=RAISE)], ranks=3)
