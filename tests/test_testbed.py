@@ -24,7 +24,7 @@ ROOT_ONE_RANK = pytest.mark.skipif(os.geteuid() != 0 or MPI.COMM_WORLD.size != 1
 
 
 @pytest.mark.serial
-@pytest.mark.parametrize("script", sorted(glob.glob(os.path.join(NET, "*.sh"))))
+@pytest.mark.parametrize("script", sorted(glob.glob(os.path.join(NET, "*.sh"))), ids=os.path.basename)
 def test_script_parses(script):
     subprocess.run(["bash", "-n", script], check=True)
 
