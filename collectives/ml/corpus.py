@@ -15,7 +15,7 @@ import numpy as np
 from ..train.data import Part
 from ..train.errors import DataError, together
 from ..train.estimator import mpi_comm
-from ..train.libsvm import byte_range, line_start
+from ..train.libsvm import byte_range, range_lines
 
 CORPUS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "docstrings.tsv")
 
@@ -24,26 +24,19 @@ def read_range(path, start, end):
     """(labels, texts, lines read, first error as (line counted from the range's first, message) or None)
     of the lines of ``path`` whose first byte lies in ``[start, end)``."""
     labels, texts, nlines, error = [], [], 0, None
-    with open(path, "rb") as f:
-        pos = line_start(f, start)
-        f.seek(pos)
-        while pos < end:
-            raw = f.readline()
-            if not raw:
-                break
-            pos += len(raw)
-            nlines += 1
-            line = raw.rstrip(b"\r\n")
-            if not line.strip() or error is not None:
-                continue
-            label, tab, text = line.partition(b"\t")
-            try:
-                if not tab or not label.strip():
-                    raise ValueError("expected a label, a tab, then the text")
-                labels.append(label.decode("utf-8"))
-                texts.append(text.decode("utf-8"))
-            except (ValueError, UnicodeDecodeError) as exc:
-                error = (nlines, str(exc))
+    for raw in range_lines(path, start, end):
+        nlines += 1
+        line = raw.rstrip(b"\r\n")
+        if not line.strip() or error is not None:
+            continue
+        label, tab, text = line.partition(b"\t")
+        try:
+            if not tab or not label.strip():
+                raise ValueError("expected a label, a tab, then the text")
+            labels.append(label.decode("utf-8"))
+            texts.append(text.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            error = (nlines, str(exc))
     return labels, texts, nlines, error
 
 

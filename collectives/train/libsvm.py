@@ -82,35 +82,42 @@ def line_start(f, start):
     return f.tell()
 
 
-def read_range(path, start, end):
-    """Parse the lines of ``path`` whose first byte lies in ``[start, end)``; returns a Chunk."""
-    labels, qids, indptr, indices, values = [], [], [0], [], []
-    nlines = 0
-    error = None
+def range_lines(path, start, end):
+    """The lines of ``path`` (bytes, line ends kept) whose first byte lies in ``[start, end)``:
+    a line belongs to the rank whose byte range holds its first byte."""
     with open(path, "rb") as f:
         pos = line_start(f, start)
         f.seek(pos)
         while pos < end:
             raw = f.readline()
             if not raw:
-                break
+                return
             pos += len(raw)
-            nlines += 1
-            text = raw.split(b"#", 1)[0].strip()
-            if not text or error is not None:
-                continue
-            try:
-                label, qid, idx, val = _parse_line(text)
-            except (ValueError, UnicodeDecodeError) as exc:
-                error = (nlines, str(exc))
-                continue
-            if idx != sorted(idx):
-                idx, val = zip(*sorted(zip(idx, val)))
-            labels.append(label)
-            qids.append(qid)
-            indices.extend(idx)
-            values.extend(val)
-            indptr.append(len(indices))
+            yield raw
+
+
+def read_range(path, start, end):
+    """Parse the lines of ``path`` whose first byte lies in ``[start, end)``; returns a Chunk."""
+    labels, qids, indptr, indices, values = [], [], [0], [], []
+    nlines = 0
+    error = None
+    for raw in range_lines(path, start, end):
+        nlines += 1
+        text = raw.split(b"#", 1)[0].strip()
+        if not text or error is not None:
+            continue
+        try:
+            label, qid, idx, val = _parse_line(text)
+        except (ValueError, UnicodeDecodeError) as exc:
+            error = (nlines, str(exc))
+            continue
+        if idx != sorted(idx):
+            idx, val = zip(*sorted(zip(idx, val)))
+        labels.append(label)
+        qids.append(qid)
+        indices.extend(idx)
+        values.extend(val)
+        indptr.append(len(indices))
     return Chunk(np.asarray(labels, np.float64), np.asarray(qids, np.int64),
                  np.asarray(indptr, np.int64), np.asarray(indices, np.int64),
                  np.asarray(values, np.float64), nlines, error)
