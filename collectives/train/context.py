@@ -97,6 +97,11 @@ class Context:
             if self.stragglers:
                 self.stragglers.stretch(self.stragglers.slowdown(), t)
 
+    def batch_gradient(self, w, index, count):
+        """The gradient of the penalised objective on this rank's batch alone: the mean loss
+        gradient over its ``count`` rows ``index``, plus the penalty's (no communication)."""
+        return self.objective.add_penalty(w, self.local_gradient(w, index) / count)
+
     def updating(self):
         """The optimizer's step: a phase of the timeline, not one of the Clock's totals."""
         return timeline.phase("update")

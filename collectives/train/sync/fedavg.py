@@ -35,7 +35,7 @@ class FedAvg(Stepped):
             local = w.copy()
             client = ctx.new_optimizer()
             for index, count in ctx.batches.local_batches(epoch, self.local_steps):
-                client.step(local, ctx.objective.add_penalty(local, ctx.local_gradient(local, index) / count))
+                client.step(local, ctx.batch_gradient(local, index, count))
             buf[:-1] = len(ctx.train) * local
             buf[-1] = len(ctx.train)
         ctx.sums.allreduce(buf)

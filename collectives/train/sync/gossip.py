@@ -21,7 +21,7 @@ class Gossip(LocalModels):
         """A step on this rank's batch, then the exchange with the neighbours and their weighted sum."""
         ctx = self.ctx
         index, count = item
-        g = ctx.objective.add_penalty(w, ctx.local_gradient(w, index) / count)
+        g = ctx.batch_gradient(w, index, count)
         with ctx.updating():
             opt.step(w, g)
         weights = self.mixer.row(ctx.progress.t)

@@ -45,7 +45,7 @@ class Local(LocalModels):
         """A step on this rank's batch; every ``local_steps`` steps, the average."""
         ctx = self.ctx
         index, count = item
-        g = ctx.objective.add_penalty(w, ctx.local_gradient(w, index) / count)
+        g = ctx.batch_gradient(w, index, count)
         with ctx.updating():
             opt.step(w, g)
         if (ctx.progress.t + 1) % ctx.o["local_steps"] == 0:
