@@ -36,7 +36,17 @@ def _documents(docs, what):
     return list(docs)
 
 
-class Tokenizer(Stage):
+class _StatelessText(Stage):
+    """A stage with nothing to fit whose input is documents or token lists, not a 2-D array."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.requires_fit = False
+        tags.input_tags = InputTags(two_d_array=False, string=True)
+        return tags
+
+
+class Tokenizer(_StatelessText):
     """Each document (a string) as its list of tokens; stateless.
 
     Parameters
@@ -65,14 +75,8 @@ class Tokenizer(Stage):
             out.append(find(doc.lower() if self.lowercase else doc))
         return out
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.requires_fit = False
-        tags.input_tags = InputTags(two_d_array=False, string=True)
-        return tags
 
-
-class HashingTF(Stage):
+class HashingTF(_StatelessText):
     """Term frequencies of token lists in ``n_features`` hashed columns (CSR); stateless.
 
     Parameters
@@ -107,12 +111,6 @@ class HashingTF(Stage):
         if self.binary:
             counts.data.fill(1)
         return counts
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.requires_fit = False
-        tags.input_tags = InputTags(two_d_array=False, string=True)
-        return tags
 
 
 class IDF(Stage):
