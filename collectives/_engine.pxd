@@ -58,6 +58,9 @@ cdef class Engine:
     cdef public object broken, progress, last_algorithm
     cdef public Py_ssize_t started, calls
     cdef readonly bint pure
+    # Messages above ``eager`` bytes, up to ``split_most``, go as eager pieces (collectives.eager);
+    # a fused collective carries at most ``fused_bytes`` (FUSED_DEFAULT across nodes).
+    cdef readonly Py_ssize_t eager, split_most, fused_bytes
     cdef bint explain
     cdef object make_plan
     cdef readonly object plans  # a collectives.cache.ByteLRU

@@ -18,7 +18,7 @@ from mpi4py import MPI as pyMPI
 from mpi4py.libmpi cimport *
 
 from collectives._csrc cimport ck_itemsize
-from collectives._exchange cimport x_agrees, x_checked
+from collectives._exchange cimport X_PIECES, x_agrees, x_checked
 from collectives._executor cimport ACC_BUF, IN_BUF, NBUFS, OUT_BUF, TMP_BUF, run_checked
 from collectives._requests cimport NEVER_S, monotonic
 from collectives._timeline cimport CALL, CHECK, TRANSFER, put
@@ -26,7 +26,7 @@ from collectives import exchange as _twin
 from collectives._executor import ScheduleError
 from collectives.agreement import COLLECTIVE_INDEX, Disagreement, disagreement
 from collectives.cache import ByteLRU
-from collectives.exchange import FUSED_BYTES, TAG as EXCHANGE_TAG
+from collectives.exchange import FUSED_BYTES, FUSED_DEFAULT, TAG as EXCHANGE_TAG
 from collectives.nonblocking import Progress, completed
 from collectives.registry import ALGORITHMS, PLAN_OVERHEAD, choices
 from collectives.schedule import run_python
@@ -55,14 +55,16 @@ cdef class Engine:
 
     ``comm`` is the Comm's private duplicate; ``make_plan(engine, collective, algorithm,
     count, nbytes, uniform, args, op, dtype, apart)`` is ``collectives.plans.make``, called
-    on a plan cache miss.  The attributes the facade reads are public: ``check``,
+    on a plan cache miss; ``eager``, ``split_most`` and ``fused`` are the Comm's agreed eager
+    limit, largest cut message and most a fused collective carries (collectives.eager.agreed).  The attributes the facade reads are public: ``check``,
     ``last_algorithm``, ``broken`` (why a failed step made the Comm unusable), ``progress``
     (the thread of the nonblocking calls), ``started`` (collectives started: the watchdog's
     call numbers) and ``calls`` (those run by this library's algorithms, not handed to MPI).
     """
 
     def __init__(self, MPI.Comm comm, settings, bint check, double timeout, on_timeout, algorithms,
-                 nodes, make_plan, tags, bint pure, Recorder timeline=None):
+                 nodes, make_plan, tags, bint pure, Recorder timeline=None, Py_ssize_t eager=0,
+                 Py_ssize_t split_most=0, Py_ssize_t fused=FUSED_DEFAULT):
         cdef int i
         self.comm = comm
         self.timeline = timeline
@@ -72,6 +74,8 @@ cdef class Engine:
         self.settings, self.check, self.on_timeout = settings, check, on_timeout
         self.algorithms, self.nodes, self.make_plan, self.pure = algorithms, nodes, make_plan, pure
         self.explain = settings.explain
+        self.eager, self.split_most = eager, split_most
+        self.fused_bytes = FUSED_DEFAULT if nodes.spans else fused
         self.broken = self.progress = self.last_algorithm = None
         self.started = self.calls = 0
         self.plans = ByteLRU()
@@ -85,6 +89,13 @@ cdef class Engine:
         self.x.comm, self.x.tag = comm.ob_mpi, EXCHANGE_TAG
         self.x.nh = self.nvec + 1
         self.x.cap = 8 * self.x.nh + FUSED_BYTES
+        # On one node a message of the exchange longer than the eager limit goes as eager
+        # pieces, at most X_PIECES of them, each holding at least the header.
+        self.x.piece = 0
+        if eager and not nodes.spans:
+            self.x.piece = max(eager, -(-self.x.cap // X_PIECES), 8 * self.x.nh)
+            if self.x.piece >= self.x.cap:
+                self.x.piece = 0
         self.x.mine = <char *>malloc(2 * self.x.cap)
         self.x.theirs = self.x.mine + self.x.cap
         self.vec = <int64_t *>self.x.mine
@@ -244,7 +255,8 @@ cdef class Engine:
             if self.pure:
                 data = self.body_array[:self.x.nbytes] if self.x.kind != X_HEADER else None
                 _twin.exchange(self.comm, self.vec_array, self.x.kind, data, self.x.block, self.x.dtype,
-                               self.x.op, self.vec[self.nvec] != 0, self.timeout, collective, algorithm)
+                               self.x.op, self.vec[self.nvec] != 0, self.timeout, collective, algorithm,
+                               self.x.piece)
             else:
                 x_checked(&self.x, self.rank, self.size, collective, algorithm)
         except StallError as exc:

@@ -13,19 +13,24 @@ cdef enum:
     X_GATHER = 3
 
 
+cdef enum:
+    X_PIECES = 8  # the most pieces one message of the exchange is cut into (Exchange.piece)
+
+
 cdef struct Exchange:
     MPI_Comm comm
     int tag
     char *mine         # [header: nh int64 words, the last the payload's length][payload]
     char *theirs       # a received message, room for ``cap`` bytes
     Py_ssize_t nh, cap, nbytes, block
+    Py_ssize_t piece   # a message longer than this goes as pieces of this many bytes (0: whole)
     int kind, dtype, op, rem
     bint clash         # some partner's header differed from ours: payload no longer combined
     Watch w            # each trade's wait (w.peer is ``peer``)
     int round          # the trade running, from 0 (a StallError's step)
     int nreq           # the trade's requests; per request, as start_request and
-    int peer[2]        # wait_requests keep them: its peer, and its kind and late mark
-    char is_recv[2]
+    int peer[2 * X_PIECES]     # wait_requests keep them: its peer, and its kind and late mark
+    char is_recv[2 * X_PIECES]
 
 
 cdef int x_run(Exchange *x, int rank, int p) noexcept nogil

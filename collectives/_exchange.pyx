@@ -4,17 +4,15 @@ NumPy twin, which documents the pattern, the fold and the fused collectives it c
 
 ``settle`` lets no message of a call that disagreed outlive it, on every rank of the call.
 """
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy
-from mpi4py cimport MPI
 from mpi4py import MPI as pyMPI
 from mpi4py.libmpi cimport *
 
 from collectives._csrc cimport ck_reduce, ck_itemsize
-from collectives._requests cimport (NEVER_S, TIMED_OUT, element_type, give_up, monotonic, sched_yield,
+from collectives._requests cimport (TIMED_OUT, element_type, give_up, monotonic, sched_yield,
                                     start_request, stall_error, wait_requests)
-from collectives.exchange import FUSED_BYTES, SCHEDULE_TAG, TAG as EXCHANGE_TAG
+from collectives.exchange import SCHEDULE_TAG
 
 cdef int _settle_tag = SCHEDULE_TAG  # the all-reduce's: the schedule that overlaps the exchange
 
@@ -75,16 +73,15 @@ cdef int settle(MPI_Comm comm, int tag, MPI_Request *reqs, const char *is_recv, 
     return rc
 
 
-cdef int x_absorb(Exchange *x, MPI_Status *st, bint final, Py_ssize_t lo, Py_ssize_t n) noexcept nogil:
-    """Fold a received message into ours; ``lo``, ``n``: the new ranks whose blocks it holds
-    (``n`` 0: original rank ``lo``'s block).  -1 for an operation the kernel refuses."""
+cdef int x_absorb(Exchange *x, Py_ssize_t got, bint final, Py_ssize_t lo, Py_ssize_t n) noexcept nogil:
+    """Fold a received message of ``got`` bytes into ours; ``lo``, ``n``: the new ranks whose
+    blocks it holds (``n`` 0: original rank ``lo``'s block).  -1 for an operation the kernel
+    refuses."""
     cdef int64_t *me = <int64_t *>x.mine
     cdef int64_t *other = <int64_t *>x.theirs
     cdef Py_ssize_t i, m, r, h = 8 * x.nh, size = -1
-    cdef int got = 0
     cdef char *payload = x.theirs + h
     cdef char *body = x.mine + h
-    MPI_Get_count(st, MPI_BYTE, &got)
     if got >= h:
         size = other[x.nh - 1]
     if got != h + size:
@@ -123,38 +120,102 @@ cdef int x_wait(Exchange *x, MPI_Request *reqs, MPI_Status *sts) noexcept nogil:
     return rc
 
 
-cdef int x_trade(Exchange *x, int to, bint send_first, int source, MPI_Status *st) noexcept nogil:
-    """Send our message to ``to`` and receive one from ``source`` into ``theirs`` (-1: none),
-    as requests polled to completion (sooner than MPICH's blocking calls for small messages)
-    or until the watchdog's limit (TIMED_OUT); ``send_first``: the send completes before the
-    receive is posted."""
-    cdef MPI_Request reqs[2]
-    cdef MPI_Status sts[2]
+cdef inline Py_ssize_t x_piece(const Exchange *x, Py_ssize_t at, Py_ssize_t total) noexcept nogil:
+    """The length of the piece of a ``total``-byte message that starts at byte ``at``."""
+    if x.piece > 0 and total - at > x.piece:
+        return x.piece
+    return total - at
+
+
+cdef int x_post(Exchange *x, int source, Py_ssize_t at, Py_ssize_t total, bint whole,
+                MPI_Request *reqs) noexcept nogil:
+    """Post the receives of the pieces of a ``total``-byte message from ``source`` from byte
+    ``at`` on; ``whole``: each with room for a whole piece (within ``theirs``), as a sender with
+    a longer message sends it."""
     cdef int rc = MPI_SUCCESS
+    cdef Py_ssize_t n
+    while rc == MPI_SUCCESS and at < total:
+        n = x_piece(x, at, x.cap if whole else total)
+        rc = start_request(True, x.theirs + at, <int>n, MPI_BYTE, source, x.tag, x.comm, reqs, x.is_recv,
+                           &x.w, &x.nreq)
+        at += x.piece
+    return rc
+
+
+cdef int x_trade(Exchange *x, int to, bint send_first, int source, Py_ssize_t *got) noexcept nogil:
+    """Send our message to ``to`` and receive one from ``source`` into ``theirs`` (-1: none),
+    its length into ``got``, as requests polled to completion (sooner than MPICH's blocking
+    calls for small messages) or until the watchdog's limit (TIMED_OUT); ``send_first``: the
+    send completes before the receive is posted.
+
+    A message longer than ``x.piece`` bytes goes as pieces of that many, all in flight at once,
+    so that each stays within MPI's eager limit (collectives.eager).  The receiver posts the
+    pieces of a message as long as its own (except in a broadcast, where a rank that holds no
+    data yet sends the header alone), waits for the first, which holds the header, and then
+    cancels the pieces the sender's length leaves out or posts those it adds: it receives
+    exactly what was sent, and no piece is left behind, between ranks that disagree too.  A
+    cancelled receive can match nothing else: a partner sends one message per exchange, and a
+    sender whose length differs disagrees, so it sends its next only after ``settle``.
+    """
+    cdef MPI_Request reqs[2 * X_PIECES]
+    cdef MPI_Status sts[2 * X_PIECES]
+    cdef Py_ssize_t total, mine, at, h = 8 * x.nh
+    cdef int rc = MPI_SUCCESS, i, first = 0, last = 0, count = 0
     x.round += 1
     x.nreq = 0
+    got[0] = 0
+    mine = h + (<int64_t *>x.mine)[x.nh - 1]
     if to >= 0:
-        rc = start_request(False, x.mine, <int>(8 * x.nh + (<int64_t *>x.mine)[x.nh - 1]), MPI_BYTE,
-                           to, x.tag, x.comm, reqs, x.is_recv, &x.w, &x.nreq)
+        at = 0
+        while rc == MPI_SUCCESS and (at == 0 or at < mine):
+            count = <int>x_piece(x, at, mine)
+            rc = start_request(False, x.mine + at, count, MPI_BYTE, to, x.tag, x.comm, reqs, x.is_recv,
+                               &x.w, &x.nreq)
+            at += count
         if rc == MPI_SUCCESS and send_first:
             rc = x_wait(x, reqs, sts)
             if rc == MPI_SUCCESS:
                 x.nreq = 0
     if rc == MPI_SUCCESS and source >= 0:
-        rc = start_request(True, x.theirs, <int>x.cap, MPI_BYTE, source, x.tag, x.comm, reqs,
-                           x.is_recv, &x.w, &x.nreq)
+        first = x.nreq
+        rc = start_request(True, x.theirs, <int>(x.piece if x.piece > 0 else x.cap), MPI_BYTE, source,
+                           x.tag, x.comm, reqs, x.is_recv, &x.w, &x.nreq)
+        if rc == MPI_SUCCESS and x.piece > 0:
+            if x.kind != X_BCAST:
+                rc = x_post(x, source, x.piece, mine, True, reqs)
+            last = x.nreq
+            if rc == MPI_SUCCESS:
+                rc = wait_requests(first + 1, reqs, x.is_recv, &x.w, sts)
+            if rc == MPI_SUCCESS:
+                MPI_Get_count(&sts[first], MPI_BYTE, &count)
+                got[0] = count
+                total = h + (<int64_t *>x.theirs)[x.nh - 1] if count == x.piece else count
+                if total > x.cap or total < count:
+                    total = count  # not a message of the exchange (x_absorb calls it a clash)
+                # Pieces posted beyond the sender's length, then those it has beyond ours.
+                for i in range(first + 1, last):
+                    if (i - first) * x.piece >= total:
+                        MPI_Cancel(&reqs[i])
+                        x.is_recv[i] = 0  # received nothing: not counted below
+                rc = x_post(x, source, (last - first) * x.piece, total, False, reqs)
+            first += 1
         if rc != MPI_SUCCESS and x.nreq:
             give_up(reqs, x.nreq)
+    elif rc != MPI_SUCCESS and x.nreq:
+        give_up(reqs, x.nreq)
     if rc == MPI_SUCCESS and x.nreq:
         rc = x_wait(x, reqs, sts)
         if rc == MPI_SUCCESS and source >= 0:
-            st[0] = sts[x.nreq - 1]
+            for i in range(first, x.nreq):
+                if x.is_recv[i] & 1:
+                    MPI_Get_count(&sts[i], MPI_BYTE, &count)
+                    got[0] += count
     return rc
 
 
 cdef int x_run(Exchange *x, int rank, int p) noexcept nogil:
     """The exchange between the ranks; MPI's error code, or -1 from the reduction kernel."""
-    cdef MPI_Status st
+    cdef Py_ssize_t got
     cdef int64_t *me = <int64_t *>x.mine
     cdef int p2 = 1, rc = MPI_SUCCESS, new, other, partner, mask = 1
     while p2 * 2 <= p:
@@ -164,26 +225,26 @@ cdef int x_run(Exchange *x, int rank, int p) noexcept nogil:
     x.round = -1
     x.w.peer = x.peer  # set on entry, not in each of the two places that make an Exchange
     if rank < 2 * x.rem and rank % 2 == 0:
-        rc = x_trade(x, rank + 1, True, rank + 1, &st)
+        rc = x_trade(x, rank + 1, True, rank + 1, &got)
         if rc == MPI_SUCCESS:
-            rc = x_absorb(x, &st, True, 0, 0)
+            rc = x_absorb(x, got, True, 0, 0)
         return rc
     if rank < 2 * x.rem:
-        rc = x_trade(x, -1, False, rank - 1, &st)
+        rc = x_trade(x, -1, False, rank - 1, &got)
         if rc == MPI_SUCCESS:
-            rc = x_absorb(x, &st, False, rank - 1, 0)
+            rc = x_absorb(x, got, False, rank - 1, 0)
         new = rank // 2
     else:
         new = rank - x.rem
     while mask < p2 and rc == MPI_SUCCESS:
         other = new ^ mask
         partner = 2 * other + 1 if other < x.rem else other + x.rem
-        rc = x_trade(x, partner, False, partner, &st)
+        rc = x_trade(x, partner, False, partner, &got)
         if rc == MPI_SUCCESS:
-            rc = x_absorb(x, &st, False, other & ~(mask - 1), mask)
+            rc = x_absorb(x, got, False, other & ~(mask - 1), mask)
         mask <<= 1
     if rank < 2 * x.rem and rc == MPI_SUCCESS:
-        rc = x_trade(x, rank - 1, False, -1, &st)
+        rc = x_trade(x, rank - 1, False, -1, &got)
     return rc
 
 
@@ -224,47 +285,3 @@ cdef int x_checked(Exchange *x, int rank, int p, object collective, object algor
     if rc != MPI_SUCCESS:
         x_raise(x, rc, rank, collective, algorithm)
     return 0
-
-
-def exchange(MPI.Comm comm, int64_t[::1] vec, int kind=X_HEADER, data=None, Py_ssize_t block=0,
-             int dtype=0, int op=0, bint has=True, double timeout=0, collective="exchange",
-             algorithm=None):
-    """Run the checked exchange on ``comm``: ``vec`` becomes the fold of every rank's;
-    ``data`` (writable bytes, a fused collective's payload, ``has`` False where it holds
-    nothing yet) its result, valid where the folded fingerprint agrees.  ``timeout`` > 0
-    seconds: StallError naming ``collective`` (and ``algorithm``) when a trade makes no
-    progress for that long."""
-    cdef Exchange x
-    cdef Py_buffer view
-    cdef bint held = False
-    cdef int64_t *head
-    x.comm, x.tag, x.kind, x.dtype, x.op, x.block = comm.ob_mpi, EXCHANGE_TAG, kind, dtype, op, block
-    x.w.limit = timeout if timeout > 0 else NEVER_S
-    x.w.ring = NULL
-    x.nh = vec.shape[0] + 1
-    x.cap = 8 * x.nh + FUSED_BYTES
-    x.nbytes = 0
-    x.mine = <char *>malloc(2 * x.cap)
-    if x.mine == NULL:
-        raise MemoryError()
-    x.theirs = x.mine + x.cap
-    head = <int64_t *>x.mine
-    try:
-        if data is not None:
-            PyObject_GetBuffer(data, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-            held = True
-            x.nbytes = view.len
-            if x.nbytes > FUSED_BYTES:
-                raise ValueError(f"exchange: {x.nbytes} bytes of payload, room for {FUSED_BYTES}")
-        memcpy(head, &vec[0], 8 * (x.nh - 1))
-        head[x.nh - 1] = x.nbytes if kind != X_HEADER and has else 0
-        if head[x.nh - 1]:
-            memcpy(x.mine + 8 * x.nh, view.buf, x.nbytes)
-        x_checked(&x, comm.Get_rank(), comm.Get_size(), collective, algorithm)
-        memcpy(&vec[0], head, 8 * (x.nh - 1))
-        if held:
-            memcpy(view.buf, x.mine + 8 * x.nh, x.nbytes)
-    finally:
-        if held:
-            PyBuffer_Release(&view)
-        free(x.mine)

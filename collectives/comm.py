@@ -20,8 +20,9 @@ ranks, the all-reduce's node-aware algorithms are rows of the same selection.
 """
 from mpi4py import MPI
 
-from . import abort, config, node, plans, timeline as timeline_module, transport, watchdog
+from . import abort, config, eager, node, plans, timeline as timeline_module, transport, watchdog
 from .derived import derived
+from .exchange import FUSED_DEFAULT
 from .executor import NATIVE, TAG
 from .registry import ALGORITHMS, resolve_name
 
@@ -77,7 +78,7 @@ class Comm(MPI.Intracomm):
         return MPI.Intracomm.__new__(cls, comm)
 
     def __init__(self, comm=None, *, algorithms=None, check=None, timeout=None, on_timeout=None, timeline=None,
-                 _nodes=None, _env=None, _owned=False):
+                 _nodes=None, _env=None, _owned=False, _eager=None):
         if self.Is_inter():
             raise TypeError("collectives.Comm takes intracommunicators only")
         # What the environment says (collectives.config), read once: calls never read it.
@@ -100,9 +101,12 @@ class Comm(MPI.Intracomm):
         recorder = None if timeline is False else timeline_module.recorder(timeline or self._env.timeline,
                                                                             self._coll)
         self._recording = None if recorder is not None else False  # the timeline of the Comms it makes
+        # How this Comm's schedules cut their messages, alike on every rank (collectives.eager).
+        self._eager = eager.agreed(self._coll, self._env) if _eager is None else _eager
         nodes = node.discover(self._coll, self._env.node, self._child) if _nodes is None else _nodes
         self._engine = Dispatcher(self._coll, self._env, check, self._timeout, self._on_timeout, self.algorithms,
-                                  nodes, plans.make, [TAG[c] for c in ALGORITHMS], not NATIVE, recorder)
+                                  nodes, plans.make, [TAG[c] for c in ALGORITHMS], not NATIVE, recorder,
+                                  *self._eager)
 
     def _adopt(self, made):
         """``made`` (a communicator one of this Comm's constructors returned) as a Comm of its
@@ -110,18 +114,20 @@ class Comm(MPI.Intracomm):
         if made == MPI.COMM_NULL or made.Is_inter():
             return made
         return Comm(made, algorithms=self.algorithms, check=self.check, timeout=self._timeout,
-                    on_timeout=self._on_timeout, timeline=self._recording, _env=self._env, _owned=True)
+                    on_timeout=self._on_timeout, timeline=self._recording, _env=self._env, _owned=True,
+                    _eager=self._eager)
 
-    def _child(self, made):
+    def _child(self, made, across=False):
         """A Comm over ``made`` (split from this one by node.discover) that owns it and never
-        looks for nodes itself.
+        looks for nodes itself: one node's ranks, or with ``across`` a lane across nodes, whose
+        messages go whole (the eager limit is the node's, collectives.eager).
 
         Unchecked: only the node-aware all-reduces call it, after this Comm's agreement on
         the algorithm, count, dtype and op, from which every phase's arguments follow on every
         rank (a check per phase would add a round trip per phase, one of them between nodes)."""
         return Comm(made, algorithms={k: v for k, v in self.algorithms.items() if k != "allreduce"},
                     check=False, timeout=self._timeout, on_timeout=self._on_timeout, timeline=self._recording,
-                    _nodes=node.FLAT, _env=self._env, _owned=True)
+                    _nodes=node.FLAT, _env=self._env, _owned=True, _eager=(0, 0, FUSED_DEFAULT) if across else self._eager)
 
     def __repr__(self):
         return f"<collectives.{type(self).__name__} rank {self.Get_rank()} of {self.Get_size()}>"

@@ -108,6 +108,15 @@ VARIABLES = (
              "Force an algorithm for one collective, e.g. COLLECTIVES_ALLREDUCE=ring (one variable "
              "per collective: " + ", ".join(c.upper() for c in COLLECTIVES) + "); a per-Comm or "
              "per-call choice wins over it.", _text),
+    Variable("COLLECTIVES_EAGER_BYTES", "bytes", None, "communicator",
+             "The largest message MPI sends eagerly between two ranks of one node; schedules split "
+             "larger messages (up to COLLECTIVES_SPLIT_BYTES) into pieces of at most this size. "
+             "Unset: read from the MPI library's control variables (collectives.eager); 0: never "
+             "split.", _count),
+    Variable("COLLECTIVES_SPLIT_BYTES", "bytes", None, "communicator",
+             "The largest message that is split into eager pieces. Unset: where the MPI library would "
+             "pipeline the message through its cells (MPICH: below its CMA threshold, or up to 48 KiB "
+             "with CMA off; Open MPI: nothing, its single copy wins), from collectives.eager.", _count),
     Variable("COLLECTIVES_TUNING", "path", "", "communicator",
              "The decision table auto uses (JSON, as collectives-bench tune writes it) instead of "
              "the shipped collectives/data/tuning.json.", _text),
@@ -184,6 +193,8 @@ class Settings(NamedTuple):
     timeline: str
     explain: bool
     node: str
+    eager: object
+    split: object
 
 
 def snapshot(environ=None):
@@ -198,6 +209,8 @@ def snapshot(environ=None):
         timeline=get("COLLECTIVES_TIMELINE", environ),
         explain=get("COLLECTIVES_EXPLAIN", environ),
         node=get("COLLECTIVES_NODE", environ),
+        eager=get("COLLECTIVES_EAGER_BYTES", environ),
+        split=get("COLLECTIVES_SPLIT_BYTES", environ),
     )
 
 

@@ -54,9 +54,11 @@ from mpi4py import MPI
 
 # Payload kinds: what a message carries after its header and how a receiver combines it.
 HEADER, REDUCE, BCAST, GATHER = range(4)
-# The largest payload a fused collective carries (bytes): small enough that a message stays one
-# eager send in MPICH's shared memory (measured by bench.default_path: docs/results/allreduce.md).
-FUSED_BYTES = 4096
+# The room for payload in every message of the exchange (bytes), so the most a fused collective
+# ever carries; on a communicator it may carry less (collectives.eager: MPICH on one node takes
+# it all, in eager pieces; elsewhere FUSED_DEFAULT, small enough that a message stays eager).
+FUSED_BYTES = 16384
+FUSED_DEFAULT = 4096
 # The exchange's tag on the private communicator.
 TAG = 99
 # The schedules' tags are SCHEDULE_TAG + the collective's index (executor.TAG): the all-reduce's
@@ -90,17 +92,19 @@ def partners(rank, p):
 
 
 def exchange(comm, vec, kind=HEADER, data=None, block=0, dtype=0, op=0, has=True, timeout=0,
-             collective="exchange", algorithm=None):
+             collective="exchange", algorithm=None, piece=0):
     """Run the checked exchange on mpi4py ``comm``: ``vec`` (int64) becomes the fold of every
     rank's; ``data`` (uint8, a fused collective's payload, ``has`` False where it holds
     nothing yet) its result, valid where the folded fingerprint agrees.  ``timeout`` > 0
     seconds: StallError naming ``collective`` (and ``algorithm``) when a trade makes no
-    progress for that long."""
+    progress for that long.  ``piece`` > 0: a longer message goes in pieces of that many
+    bytes (the C side's Exchange.piece; every rank must give the same)."""
     from .kernels import reduce_into
     from .watchdog import watched
 
     nh = vec.size + 1
-    mine = np.zeros(8 * nh + FUSED_BYTES, np.uint8)
+    cap = 8 * nh + FUSED_BYTES
+    mine = np.zeros(cap, np.uint8)
     theirs = np.empty_like(mine)
     head = mine[:8 * nh].view(np.int64)
     head[:-1] = vec
@@ -119,29 +123,49 @@ def exchange(comm, vec, kind=HEADER, data=None, block=0, dtype=0, op=0, has=True
         watched(requests, limit, peers, what, step, rank,
                 test=lambda: MPI.Request.Testall(requests, statuses))
 
+    def cuts(at, total):
+        """(offset, length) of the pieces of a ``total``-byte message from byte ``at`` on."""
+        size = piece if piece > 0 else max(total, 1)
+        return [(o, min(size, total - o)) for o in range(at, total, size)] or [(at, 0)]
+
     def trade(to, source, send_first=False):
         """As the C side's x_trade: our message to ``to``, one from ``source`` (None: none);
-        the received message's status."""
+        the received message's length."""
         nonlocal step
         step += 1
         requests, peers, statuses = [], [], []
         if to is not None:
-            requests.append(comm.Isend(mine[:8 * nh + head[-1]], to, TAG))
-            peers.append((to, "send"))
-            statuses.append(MPI.Status())
+            for at, n in cuts(0, 8 * nh + head[-1]):
+                requests.append(comm.Isend(mine[at:at + n], to, TAG))
+                peers.append((to, "send"))
+                statuses.append(MPI.Status())
             if send_first:
                 wait(requests, peers, statuses)
                 requests, peers, statuses = [], [], []
-        if source is not None:
-            requests.append(comm.Irecv(theirs, source, TAG))
-            peers.append((source, "receive"))
-            statuses.append(MPI.Status())
+        if source is None:
+            wait(requests, peers, statuses)
+            return None
+        requests.append(comm.Irecv(theirs[:piece if piece > 0 else cap], source, TAG))
+        peers.append((source, "receive"))
+        statuses.append(MPI.Status())
         wait(requests, peers, statuses)
-        return statuses[-1] if source is not None else None
+        got = statuses[-1].Get_count(MPI.BYTE)
+        if piece > 0 and got == piece and got >= 8 * nh:
+            # The rest, as long as the sender's header says (at most our room: no message of
+            # the exchange is longer, so a longer one is a clash).
+            total = 8 * nh + int(theirs[:8 * nh].view(np.int64)[-1])
+            total = total if 8 * nh <= total <= cap else cap
+            requests, peers, statuses = [], [], []
+            for at, n in cuts(got, total):
+                requests.append(comm.Irecv(theirs[at:at + n], source, TAG))
+                peers.append((source, "receive"))
+                statuses.append(MPI.Status())
+            wait(requests, peers, statuses)
+            got += sum(st.Get_count(MPI.BYTE) for st in statuses)
+        return got
 
-    def absorb(status, final, blocks):
+    def absorb(got, final, blocks):
         nonlocal clash
-        got = status.Get_count(MPI.BYTE)
         other = theirs[:8 * nh].view(np.int64)
         size = other[-1] if got >= 8 * nh else -1
         if got != 8 * nh + size:

@@ -89,7 +89,7 @@ class Nodes:
             return
         self.intra = child(coll.Split(int(node), rank))
         self.local = self.intra.Get_rank()
-        self.lane = child(coll.Split(self.local, rank))
+        self.lane = child(coll.Split(self.local, rank), True)
         # grid[l][m]: the rank (in ``coll``) that is the l-th of its node and the m-th of its lane
         # (uniform layouts only).
         self.grid = None
@@ -126,7 +126,7 @@ SPREAD = _Flat(True)
 def discover(coll, spec, child):
     """The Nodes of mpi4py communicator ``coll``; FLAT when it spans one node, SPREAD when each
     node holds one rank.  Collective over ``coll``.  ``spec``: a COLLECTIVES_NODE layout, or
-    empty; ``child(made)``: the object the node-aware algorithms call for a communicator split
-    from ``coll`` (a collectives.Comm that owns it)."""
+    empty; ``child(made, across=False)``: the object the node-aware algorithms call for a communicator
+    split from ``coll`` (a collectives.Comm that owns it), ``across`` for a lane across nodes."""
     nodes = Nodes(coll, spec, child)
     return nodes if nodes.multi else (SPREAD if nodes.spans else FLAT)

@@ -11,10 +11,9 @@ exchange, ``late_copy`` moves an all-gather's copy of its own block as late as i
 import numpy as np
 from mpi4py import MPI
 
-from .exchange import FUSED_BYTES
 from .ops import DTYPES, OP_NAMES, supports
 from .registry import ALGORITHMS, choices, decide_for, plan
-from .schedule import ACC, COPY, IN, IRECV, ISEND, NONE, OUT, REDUCE, SENDRECV, TMP, WAITALL
+from .schedule import ACC, COPY, IN, IRECV, ISEND, NONE, OUT, REDUCE, SENDRECV, TMP, WAITALL, blocks
 
 _NO_STEPS = np.empty((0, 9), np.int64)  # a fused collective's: the checked exchange is all of it
 # Whether the all-reduce's overlapped first step (``leading``) may post its receives before the
@@ -40,7 +39,7 @@ def select(engine, collective, algorithm, count, nbytes, uniform=True):
     return decide_for(collective, algorithm, engine.algorithms.get(collective),
                       engine.settings.algorithms[collective], engine.size, count, nbytes, uniform,
                       checked=engine.check, spans=nodes.spans, table=engine.settings.tuning,
-                      nodes=nodes if nodes.multi else None)
+                      nodes=nodes if nodes.multi else None, fused_bytes=engine.fused_bytes)
 
 
 def explain(engine, collective, count=0, dtype="float32", algorithm=None):
@@ -74,16 +73,79 @@ def make(engine, collective, algorithm, count, nbytes, uniform, args, op=None, d
         return (_NO_STEPS, 0, 0, False, algo.name, index, -1, 0, algo, reason)
     steps, tmp_count, nreq = plan(algo.name, engine.rank, engine.size, *plan_args(algo, args, apart))
     lead, copied = 0, False
-    # The all-reduce alone overlaps the checked exchange, above the fused sizes whose exchange
-    # is the whole collective; the NumPy twin of the executor runs no overlap.
-    if collective == "allreduce" and nbytes > FUSED_BYTES and not engine.pure:
-        steps, lead, copied = leading(steps, apart, 0 if algo.reads_in or not apart else count,
-                                      EARLY_RECEIVES)
-    elif collective == "allgather" and len(args[0]) > 1:
+    if collective == "allgather" and len(args[0]) > 1:
         blocks = args[0]
         if sum(blocks) - blocks[engine.rank] <= LATE_COPY_BYTES:
             steps, copied = late_copy(steps, sum(blocks[:engine.rank]), blocks[engine.rank])
+    if engine.eager and not engine.nodes.spans:
+        steps, nreq = split_messages(steps, 1 if dtype is None or dtype < 0 else np.dtype(DTYPES[dtype]).itemsize,
+                                     engine.eager, engine.split_most)
+    # The all-reduce alone overlaps the checked exchange, above the fused sizes whose exchange
+    # is the whole collective; the NumPy twin of the executor runs no overlap.
+    if collective == "allreduce" and nbytes > engine.fused_bytes and not engine.pure:
+        steps, lead, copied = leading(steps, apart, 0 if algo.reads_in or not apart else count,
+                                      EARLY_RECEIVES)
     return (steps, tmp_count, nreq, algo.reads_in or copied, algo.name, index, -1, lead, None, reason)
+
+
+def split_messages(steps, itemsize, eager, most):
+    """(steps, nreq) with every message of more than ``eager`` bytes and at most ``most`` split
+    into near-equal pieces of at most ``eager`` bytes (whole elements of ``itemsize``), all
+    in flight at once, so that each piece takes MPI's eager path (collectives.eager);
+    ``nreq``, the most requests the new steps hold pending.
+
+    A send-receive row met with no request pending becomes its receives, its sends and a
+    wait; with requests pending (a wait would complete them early) it becomes send-receive
+    rows of one piece each, in order.  A nonblocking row becomes its pieces.  Both ends of a
+    message give it the same count, so they cut it at the same places, and MPI matches the
+    pieces in order.  ``eager`` 0 splits nothing.
+    """
+    steps = np.asarray(steps)
+    per = eager // itemsize
+    if per < 1 or not len(steps):
+        return steps, _pending_most(steps)
+
+    def split(cnt, peer):
+        if peer == NONE or cnt * itemsize <= eager or cnt * itemsize > most:
+            return [(0, cnt)]
+        counts, displs = blocks(cnt, -(-cnt // per))
+        return list(zip(displs, counts))
+
+    out, pending = [], 0
+    for row in steps.tolist():
+        kind, ab, ao, ac, ap, bb, bo, bc, bp = row
+        sends, recvs = split(ac, ap), split(bc, bp)
+        if kind == SENDRECV and (len(sends) > 1 or len(recvs) > 1):
+            if not pending:
+                out += [[IRECV, NONE, 0, 0, NONE, bb, bo + o, c, bp] for o, c in recvs if bp != NONE]
+                out += [[ISEND, ab, ao + o, c, ap, NONE, 0, 0, NONE] for o, c in sends if ap != NONE]
+                out.append([WAITALL] + [NONE, 0, 0, NONE] * 2)
+            else:
+                for k in range(max(len(sends), len(recvs))):
+                    so, sc = sends[k] if k < len(sends) and ap != NONE else (0, 0)
+                    ro, rc = recvs[k] if k < len(recvs) and bp != NONE else (0, 0)
+                    out.append([SENDRECV, ab if sc else NONE, ao + so, sc, ap if sc else NONE,
+                                bb if rc else NONE, bo + ro, rc, bp if rc else NONE])
+        elif kind == ISEND and len(sends) > 1:
+            out += [[ISEND, ab, ao + o, c, ap, NONE, 0, 0, NONE] for o, c in sends]
+            pending += len(sends)
+        elif kind == IRECV and len(recvs) > 1:
+            out += [[IRECV, NONE, 0, 0, NONE, bb, bo + o, c, bp] for o, c in recvs]
+            pending += len(recvs)
+        else:
+            out.append(row)
+            pending = 0 if kind == WAITALL else pending + (kind in (ISEND, IRECV))
+    new = np.array(out, np.int64).reshape(-1, 9)
+    return new, _pending_most(new)
+
+
+def _pending_most(steps):
+    """The most requests ``steps`` hold pending at once (the executor's room besides a row's own)."""
+    most = pending = 0
+    for kind in np.asarray(steps)[:, 0].tolist() if len(steps) else ():
+        pending = 0 if kind == WAITALL else pending + (kind in (ISEND, IRECV))
+        most = max(most, pending)
+    return most
 
 
 def late_copy(steps, offset, count):
@@ -161,4 +223,5 @@ def leading(steps, apart, copy, receives=True):
     return steps, lead, bool(copy)
 
 
-__all__ = ["EARLY_RECEIVES", "LATE_COPY_BYTES", "explain", "late_copy", "leading", "make", "plan_args", "select"]
+__all__ = ["EARLY_RECEIVES", "LATE_COPY_BYTES", "explain", "late_copy", "leading", "make", "plan_args", "select",
+           "split_messages"]

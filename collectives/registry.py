@@ -48,10 +48,11 @@ class Algorithm:
         # place), so it may receive into ACC instead of scratch.
         self.apart = apart
 
-    def applies(self, size, count, uniform, nbytes=0):
-        """None when usable for this call, else the reason it is not."""
-        if self.fused is not None and nbytes > FUSED_BYTES:
-            return f"carries at most {FUSED_BYTES} bytes (collectives.exchange.FUSED_BYTES)"
+    def applies(self, size, count, uniform, nbytes=0, fused_bytes=FUSED_BYTES):
+        """None when usable for this call, else the reason it is not; ``fused_bytes``: the most
+        a fused collective carries on this communicator (collectives.eager)."""
+        if self.fused is not None and nbytes > fused_bytes:
+            return f"carries at most {fused_bytes} bytes on this communicator (collectives.eager)"
         if self.restriction is None or self.restriction(size, count, uniform):
             return None
         return self.why
@@ -241,7 +242,7 @@ def resolve_name(collective, name):
 
 
 def decide(collective, requested, size, count, nbytes, uniform=True, source="requested", checked=False,
-           spans=False, table=None):
+           spans=False, table=None, fused_bytes=FUSED_BYTES):
     """(Algorithm, reason): ``requested`` when it applies, else the ``auto`` choice.
 
     ``source`` says where a named request came from (per call, per Comm, environment); the
@@ -250,13 +251,14 @@ def decide(collective, requested, size, count, nbytes, uniform=True, source="req
     communicator spans several nodes, where SPREAD_AUTO's rows come after the fused ones.
     ``table``: the decision table's path, empty for the shipped one; a Comm passes the
     COLLECTIVES_TUNING it read when made, and None (tools without a Comm) reads it now.
+    ``fused_bytes``: the most a fused form carries on the communicator.
     """
     name = resolve_name(collective, requested)
     fell_back = ""
     if name != "auto":
         algo = _BY_NAME[name]
         reason = ("needs more than one node with several ranks on some node" if algo.node_aware
-                  else algo.applies(size, count, uniform, nbytes))
+                  else algo.applies(size, count, uniform, nbytes, fused_bytes))
         if reason is None:
             return algo, f"{name} ({source})"
         log.info("collectives: %s does not apply (%s); falling back to auto", name, reason)
@@ -269,7 +271,7 @@ def decide(collective, requested, size, count, nbytes, uniform=True, source="req
         rows = [row for row in rows if _BY_NAME[row.algorithm].fused is not None]
     for row in rows:
         algo = _BY_NAME[row.algorithm]
-        why = (algo.applies(size, count, uniform, nbytes) if checked or algo.fused is None
+        why = (algo.applies(size, count, uniform, nbytes, fused_bytes) if checked or algo.fused is None
                else "needs the cross-rank check on: the fused form is that check")
         if why is None:
             return algo, (f"{fell_back}auto: {collective} {row.describe()} of {table.path}"
@@ -287,12 +289,13 @@ def decide(collective, requested, size, count, nbytes, uniform=True, source="req
 
 
 def decide_for(collective, per_call, per_comm, per_env, size, count, nbytes, uniform=True, checked=False,
-               spans=False, table=None, nodes=None):
+               spans=False, table=None, nodes=None, fused_bytes=FUSED_BYTES):
     """(Algorithm, reason) for a call: its ``algorithm=``, else the Comm's, else ``per_env``
     (the Comm's snapshot of COLLECTIVES_<COLLECTIVE>), else ``auto`` (``checked``, ``spans``
     and ``table`` as for ``decide``).  ``nodes``: the communicator's collectives.node.Nodes
     when it spans several nodes with several ranks on some node; the node-aware rows
-    (NODE_ALGORITHMS, NODE_AUTO) then come first for a call that moves data."""
+    (NODE_ALGORITHMS, NODE_AUTO) then come first for a call that moves data; ``fused_bytes``
+    as for ``decide``."""
     requested, source = "auto", "requested"
     for name, where in ((per_call, "per call"), (per_comm, "per Comm"),
                         (per_env, f"COLLECTIVES_{collective.upper()}")):
@@ -305,7 +308,7 @@ def decide_for(collective, per_call, per_comm, per_env, size, count, nbytes, uni
             if resolve_name(collective, requested) == algo.name:
                 return algo, f"{algo.name} ({source})"
             return algo, f"auto across nodes: registry.NODE_AUTO (bytes {nbytes}, nodes of {nodes.counts} ranks)"
-    return decide(collective, requested, size, count, nbytes, uniform, source, checked, spans, table)
+    return decide(collective, requested, size, count, nbytes, uniform, source, checked, spans, table, fused_bytes)
 
 
 def select(collective, requested, size, count, nbytes, uniform=True, checked=False):

@@ -31,12 +31,11 @@ def test_allreduce_in_place(comm, mpi_comm, algorithm):
 
 @pytest.mark.parametrize("timeout", [0, 120], ids=["unwatched", "watched"])
 def test_fused_up_to_its_bound(mpi_comm, check, timeout):
-    """auto takes allreduce_fused under the check up to FUSED_BYTES and a schedule above, with
-    the stall watchdog on or off; a forced allreduce_fused falls back there, check or not."""
-    from collectives.exchange import FUSED_BYTES
-
-    n = FUSED_BYTES // 8
+    """auto takes allreduce_fused under the check up to the most a fused message carries on
+    the communicator (collectives.eager) and a schedule above, with the stall watchdog on or
+    off; a forced allreduce_fused falls back there, check or not."""
     with collectives.Comm(mpi_comm, check=check, timeout=timeout) as comm:
+        n = comm._engine.fused_bytes // 8
         for count, forced in ((n, None), (n + 1, None), (n, "fused"), (n + 1, "fused")):
             x = make_data(np.float64, "sum", count, comm.rank)
             got, want = np.zeros(count), np.zeros(count)

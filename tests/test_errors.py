@@ -183,7 +183,7 @@ def ran(monkeypatch):
     return names
 
 
-def _allreduce(c, mpi_comm, algorithm=None, n=1000):
+def _allreduce(c, mpi_comm, algorithm=None, n=4000):
     x = np.arange(n, dtype=np.float64) + c.rank
     got, want = np.zeros(n), np.zeros(n)
     c.Allreduce(x, got, algorithm=algorithm)
@@ -194,7 +194,7 @@ def _allreduce(c, mpi_comm, algorithm=None, n=1000):
 def test_environment_and_communicator_choices(comm, mpi_comm, monkeypatch, ran):
     if comm.size < 2:
         pytest.skip("a one-rank communicator runs no schedule")
-    auto = registry.select("allreduce", "auto", comm.size, 1000, 8000).name
+    auto = registry.select("allreduce", "auto", comm.size, 4000, 32000).name
     other = next(n for n in collectives.names("allreduce") if n != auto and "ring" in n)
     monkeypatch.setenv("COLLECTIVES_ALLREDUCE", other.replace("allreduce_", ""))
     forced = Comm(mpi_comm, check=comm.check)  # a Comm reads the environment when it is made
@@ -222,7 +222,7 @@ def test_forced_algorithm_falls_back_with_a_logged_reason(comm, mpi_comm, monkey
     monkeypatch.setenv("COLLECTIVES_ALLREDUCE", "all_to_all")
     with Comm(mpi_comm, check=comm.check) as forced:
         _allreduce(forced, mpi_comm)
-        auto = registry.select("allreduce", "auto", comm.size, 1000, 8000).name
+        auto = registry.select("allreduce", "auto", comm.size, 4000, 32000).name
         assert forced.last_algorithm == ran[-1] == auto
         assert any("allreduce_all_to_all does not apply" in rec.getMessage() and "COLLECTIVES_MAX_SCRATCH"
                    in rec.getMessage() for rec in caplog.records)

@@ -179,7 +179,8 @@ def test_auto_picks_node_aware_only_across_nodes(monkeypatch, nbytes, expected):
 
 
 # auto's flat choice on a communicator that spans nodes (registry.SPREAD_AUTO), written out:
-# recursive doubling up to 64 KiB, the ring above; with the check on, the fused form up to 4 KiB.
+# recursive doubling up to 64 KiB, the ring above; with the check on, the fused form up to the most
+# a fused collective carries (collectives.eager; exchange.FUSED_DEFAULT across nodes).
 SPREAD_CHOICE = [(8, "allreduce_recursive_doubling"), (4096, "allreduce_recursive_doubling"),
                  (64 << 10, "allreduce_recursive_doubling"), ((64 << 10) + 4, "allreduce_ring"),
                  (1 << 20, "allreduce_ring")]
@@ -209,7 +210,7 @@ def test_flat_choice_across_nodes(monkeypatch, spec, check, first):
             world.Allreduce(x, want)
             assert np.array_equal(y, want), nbytes
             why = comm.explain("allreduce", nbytes // 4)
-            if check and nbytes <= 4096:
+            if check and nbytes <= comm._engine.fused_bytes:
                 assert comm.last_algorithm == "allreduce_fused", nbytes
             elif multi and nbytes > (64 << 10):
                 assert comm.last_algorithm in NODE_ALGORITHMS, nbytes

@@ -9,6 +9,10 @@ tests sample, here for every element and every p up to 12, including those no mp
 run uses.  A barrier must let no rank out before it has heard, directly or through others,
 from every rank.
 
+Each schedule runs as its algorithm builds it, and again with every message of more than two
+elements cut into pieces of at most two (``plans.split_messages``, as the dispatcher cuts the
+messages above MPI's eager limit), so the split forms meet the same checks.
+
 Each schedule runs under two models of a blocking send.  EAGER: a send completes at once,
 as MPI buffers small messages, so only the order of receives can deadlock.  RENDEZVOUS: a
 send completes only once the destination has posted the matching receive, as MPI_Send may
@@ -20,8 +24,9 @@ import itertools
 import numpy as np
 import pytest
 
+from collectives.plans import split_messages
 from collectives.registry import ALGORITHMS
-from collectives.schedule import (ACC, COPY, IN, IRECV, ISEND, NONE, OUT, REDUCE, SENDRECV, TMP,
+from collectives.schedule import (ACC, COPY, IN, INT_MAX, IRECV, ISEND, NONE, OUT, REDUCE, SENDRECV, TMP,
                                   WAITALL, Schedule, displacements)
 
 RANKS = range(2, 13)
@@ -45,7 +50,10 @@ class Machine:
 
     ``args(r)`` gives rank r's builder arguments (or one tuple for every rank);
     ``buffers(r)`` gives its (ACC, IN) lists, or (ACC, IN, OUT), None where a rank has none.
+    ``piece`` > 0: messages are cut into pieces of at most that many elements first.
     """
+
+    piece = 0
 
     def __init__(self, build, p, args, buffers, eager):
         self.p, self.eager = p, eager
@@ -54,7 +62,10 @@ class Machine:
         for r in range(p):
             s = Schedule(r, p)
             build(s, *(args(r) if callable(args) else args))
-            self.steps.append(s.finish().tolist())
+            steps = s.finish()
+            if self.piece:
+                steps, _ = split_messages(steps, 1, self.piece, INT_MAX)
+            self.steps.append(steps.tolist())
             acc, inp, *out = buffers(r)
             self.bufs.append({ACC: acc, TMP: [None] * s.tmp_count, IN: inp, OUT: out[0] if out else None})
         self.sends = {}   # (source, dest): posted sends not yet matched, in posting order
@@ -161,6 +172,26 @@ class Machine:
         assert not any(self.sends.values()), f"messages sent but never received ({model} sends)"
         assert not any(self.recvs.values()), f"receives posted but never matched ({model} sends)"
         return [b[ACC] for b in self.bufs]
+
+
+@pytest.fixture(autouse=True, params=[0, 2], ids=["whole", "pieces"])
+def pieces(request, monkeypatch):
+    """Every test here runs on the schedules as built, then on their split forms."""
+    monkeypatch.setattr(Machine, "piece", request.param)
+    return request.param
+
+
+def test_split_forms_cut_messages(pieces):
+    """The split forms do cut: a recursive-doubling all-reduce's one message of 7 elements
+    becomes pieces of at most two, all posted before one wait; unsplit it stays one row."""
+    rd = next(a for a in ALGORITHMS["allreduce"] if a.name == "allreduce_recursive_doubling")
+    steps = Machine(rd.build, 2, (7,), lambda r: ([f"x{r}.{i}" for i in range(7)], None), True).steps[0]
+    kinds = [row[0] for row in steps]
+    if pieces:
+        assert kinds[:9] == [IRECV] * 4 + [ISEND] * 4 + [WAITALL], kinds
+        assert sorted(row[7] for row in steps[:4]) == [1, 2, 2, 2]
+    else:
+        assert kinds[0] == SENDRECV and steps[0][3] == 7
 
 
 def _leaves(tree):

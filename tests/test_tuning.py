@@ -8,6 +8,7 @@ from mpi4py import MPI
 
 import collectives
 from collectives import comm as comm_module, executor, registry, tuning
+from collectives.exchange import FUSED_BYTES
 from bench import tune
 
 
@@ -82,7 +83,7 @@ def test_tune_builds_ranges_from_measured_winners():
     base = registry.load_table(tune.BASE)
     based = tune.build(sweeps, 0.03, {}, base=base)
     base_rows = [r.as_json() for r in base.rows["allreduce"]]
-    fused = [{"ranks": [1, None], "bytes": [0, 4096], "algorithm": "allreduce_fused"}]
+    fused = [{"ranks": [1, None], "bytes": [0, FUSED_BYTES], "algorithm": "allreduce_fused"}]
     assert base_rows[:1] == fused
     assert [r.as_json() for r in based.rows["allreduce"]] == fused + got[:4] + base_rows[1:]
     assert based.lookup("allreduce", 64, 8)[0].algorithm == base.lookup("allreduce", 64, 8)[0].algorithm
