@@ -6,6 +6,7 @@
 #   make bench   all-reduce sweep beside native MPI (collectives-bench), np=2 and np=4, and its plots
 #   make bench-launches / bench-mpich   ratios over LAUNCHES launches / against MPICH's own algorithms
 #   make bench-kernels   native kernels against NumPy (GB/s and ratio), one process
+#   make bench-osu   mpi4py's OSU demos on a Comm beside COMM_WORLD, np=2
 #   make bench-startup   end-to-end time of a short np=4 training job beside an empty launch
 #   make bench-net   all-reduce on an emulated slow network (namespaces + tc; root, bench/net/)
 #   make bench-net-train   time to accuracy per compressor on that network
@@ -171,6 +172,16 @@ test-mpi4py: build $(MPI4PY_TESTS)/test_cco_buf.py
 	  tests/timed.sh "mpi4py np=$$n" timeout $(MPI4PY_TIMEOUT) $(MPIEXEC) -n $$n $(PY) tests/mpi4py_suite.py $(MPI4PY_TESTS) \
 	    || { echo "mpi4py suite failed or timed out at $$n rank(s)"; exit 1; }; \
 	done
+
+# mpi4py's own OSU demos (bench/studies/osu_demos.py) with COMM_WORLD replaced by a Comm, beside
+# native, alternating in one launch at np=2: their demo/ directory from the same source distribution.
+MPI4PY_DEMOS := $(VENV)/mpi4py-src/mpi4py-$(MPI4PY_VERSION)/demo
+OSU_DEMOS ?= bcast,allgather,gather,scatter
+.PHONY: bench-osu
+bench-osu: build $(MPI4PY_TESTS)/test_cco_buf.py
+	@[ -d $(MPI4PY_DEMOS) ] || tar -xzf $(VENV)/mpi4py-src/mpi4py-$(MPI4PY_VERSION).tar.gz -C $(VENV)/mpi4py-src \
+	  mpi4py-$(MPI4PY_VERSION)/demo
+	$(MPIEXEC) $(BIND) -n 2 $(PY) -m bench.studies.osu_demos $(MPI4PY_DEMOS) $(OSU_DEMOS)
 
 # Every collective family and push/pull just over 2^31 int8 elements at np=2, checked exactly
 # (tests/large_counts.py); it prints what it needs and skips when MemAvailable is short.

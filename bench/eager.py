@@ -2,8 +2,9 @@
 
     mpiexec -n 2 -bind-to core collectives-bench eager [--reps 9] [--sizes 8000,8192,...]
 
-Ranks 0 and 1 exchange one message as a schedule step does (a send and a receive at once,
-run by the native executor, so no Python sits between the two), at sizes around the eager
+Ranks 0 and 1 run one step of a schedule: write the message (a copy, as a combine writes what
+the next step sends), then send it and receive the other rank's at once, through the native
+executor, so no Python sits between the two.  At sizes around the eager
 limit the library reports (``collectives.eager.learned``) and up to 64 KiB: whole, and cut
 into eager pieces all in flight (``plans.split_messages``, what a Comm's plans do between the
 eager limit and COLLECTIVES_SPLIT_BYTES).  Both forms run interleaved in one launch; each row
@@ -18,7 +19,7 @@ from mpi4py import MPI
 
 from collectives import eager
 from collectives.plans import split_messages
-from collectives.schedule import ACC, TMP, Schedule
+from collectives.schedule import ACC, IN, TMP, Schedule
 
 from .common import environment, table
 
@@ -35,9 +36,11 @@ def default_sizes(limit):
 
 
 def steps_for(rank, nbytes, limit):
-    """(whole steps, cut steps, nreq of each) of one exchange of ``nbytes`` with the other rank."""
+    """(whole steps, cut steps, nreq of each) of one step of ``nbytes`` with the other rank: the
+    message written (copied from IN), as a combine writes it, then exchanged."""
     s = Schedule(rank, 2)
     peer = 1 - rank
+    s.copy((ACC, 0, nbytes), (IN, 0, nbytes))
     s.sendrecv(peer, (ACC, 0, nbytes), peer, (TMP, 0, nbytes))
     whole = s.finish()
     cut, nreq = split_messages(whole, 1, limit, nbytes)
@@ -54,17 +57,17 @@ def measure(comm, sizes, limit, reps, calls=2000):
         times = {"whole": [], "cut": []}
         if pair != MPI.COMM_NULL:
             (whole, wn), (cut, cn) = steps_for(pair.rank, nbytes, limit)
-            send, recv = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
+            send, recv, data = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8), np.full(nbytes, 3, np.uint8)
             forms = {"whole": (whole, wn), "cut": (cut, cn)}
             for steps, nreq in forms.values():
                 for _ in range(50):
-                    execute(pair, steps, send, recv, None, 5, 0, 1, nreq)
+                    execute(pair, steps, send, recv, data, 5, 0, 1, nreq)
             for _ in range(reps):
                 for name, (steps, nreq) in forms.items():
                     pair.Barrier()
                     t0 = MPI.Wtime()
                     for _ in range(calls):
-                        execute(pair, steps, send, recv, None, 5, 0, 1, nreq)
+                        execute(pair, steps, send, recv, data, 5, 0, 1, nreq)
                     times[name].append((MPI.Wtime() - t0) / calls * 1e6)
             pieces = int(np.sum(cut[:, 0] == 3))  # ISEND rows
         else:
@@ -103,7 +106,7 @@ def main(argv=None):
               f"{env['date_utc']}, git {env['git']}")
         print(f"# the library's eager limit on one node: {learned} bytes ({where}); a Comm cuts messages up to "
               f"{known['most']} bytes; here cut into pieces of at most {limit}")
-        print("# one exchange between ranks 0 and 1 (a send and a receive at once, the native executor): "
-              "median us over rounds; whole/cut > 1: cutting pays")
+        print("# one step between ranks 0 and 1 (the message written, then a send and a receive at once, the native "
+              "executor): median us over rounds; whole/cut > 1: cutting pays")
         print("\n".join(table(COLUMNS, rows)))
     return 0

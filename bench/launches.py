@@ -43,6 +43,7 @@ MPICH_ALGORITHMS = {
 }
 # Set by the launcher of a job; a job started from inside one must not inherit them.
 _LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "HYDRA_", "OMPI_", "PRTE_")
+_USER_SETTINGS = ("OMPI_ALLOW_RUN_AS_ROOT",)
 _PARENT_ONLY = {"--launches": 1, "-np": 1, "--mpich-algorithms": 0, "--json": 1, "--csv": 1, "--results": 1,
                 "--wait-fast": 1, "--thread-level": 1}
 # MPI's thread level of a launch (mpi4py's MPI4PY_RC_THREAD_LEVEL).  At "multiple", mpi4py's
@@ -78,8 +79,10 @@ def mpiexec():
 
 
 def _clean_env():
-    """This environment without what a launcher set for the job it started."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_PREFIXES)}
+    """This environment without what a launcher set for the job it started (a user's own
+    OMPI_ALLOW_RUN_AS_ROOT settings stay)."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(_LAUNCHER_PREFIXES) or k.startswith(_USER_SETTINGS)}
 
 
 def levels(args):
@@ -142,7 +145,11 @@ def wait_fast(limit, check=probe, sleep=time.sleep, clock=time.monotonic):
 def command(np_, argv):
     """The command line of ``collectives-bench argv`` on ``np_`` ranks, bound to cores (Hydra's
     and Open MPI's -bind-to) where the cores allow it."""
-    bind = ["-bind-to", "core"] if np_ <= (os.cpu_count() or 1) else []
+    from mpi4py import MPI
+
+    # Hydra (MPICH) spells it -bind-to; Open MPI's prterun takes only --bind-to.
+    flag = "--bind-to" if MPI.Get_library_version().startswith("Open MPI") else "-bind-to"
+    bind = [flag, "core"] if np_ <= (os.cpu_count() or 1) else []
     return [mpiexec(), *bind, "-n", str(np_), sys.executable, "-m", f"{__package__}.cli", *argv]
 
 

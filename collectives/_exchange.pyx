@@ -142,6 +142,27 @@ cdef int x_post(Exchange *x, int source, Py_ssize_t at, Py_ssize_t total, bint w
     return rc
 
 
+cdef int x_rest(Exchange *x, int source, MPI_Request *reqs, MPI_Status *sts, int first, int last,
+                Py_ssize_t *got) noexcept nogil:
+    """With the first piece (request ``first``) of a message from ``source`` in, ``got`` its
+    length: cancel the pieces posted after it (``first`` + 1 to ``last``) that its header's
+    length leaves out, and post those it has beyond them."""
+    cdef int i, count = 0
+    cdef Py_ssize_t total, h = 8 * x.nh
+    MPI_Get_count(&sts[first], MPI_BYTE, &count)
+    got[0] = count
+    if x.piece <= 0:
+        return MPI_SUCCESS
+    total = h + (<int64_t *>x.theirs)[x.nh - 1] if count == x.piece and count >= h else count
+    if total > x.cap or total < count:
+        total = count  # not a message of the exchange (x_absorb calls it a clash)
+    for i in range(first + 1, last):
+        if (i - first) * x.piece >= total:
+            MPI_Cancel(&reqs[i])
+            x.is_recv[i] = 0  # received nothing: not counted
+    return x_post(x, source, (last - first) * x.piece, total, False, reqs)
+
+
 cdef int x_trade(Exchange *x, int to, bint send_first, int source, Py_ssize_t *got) noexcept nogil:
     """Send our message to ``to`` and receive one from ``source`` into ``theirs`` (-1: none),
     its length into ``got``, as requests polled to completion (sooner than MPICH's blocking
@@ -160,7 +181,8 @@ cdef int x_trade(Exchange *x, int to, bint send_first, int source, Py_ssize_t *g
     cdef MPI_Request reqs[2 * X_PIECES]
     cdef MPI_Status sts[2 * X_PIECES]
     cdef Py_ssize_t total, mine, at, h = 8 * x.nh
-    cdef int rc = MPI_SUCCESS, i, first = 0, last = 0, count = 0
+    cdef int rc = MPI_SUCCESS, i, first = 0, last = 0, count = 0, counted
+    cdef bint staged = False
     x.round += 1
     x.nreq = 0
     got[0] = 0
@@ -180,33 +202,33 @@ cdef int x_trade(Exchange *x, int to, bint send_first, int source, Py_ssize_t *g
         first = x.nreq
         rc = start_request(True, x.theirs, <int>(x.piece if x.piece > 0 else x.cap), MPI_BYTE, source,
                            x.tag, x.comm, reqs, x.is_recv, &x.w, &x.nreq)
-        if rc == MPI_SUCCESS and x.piece > 0:
-            if x.kind != X_BCAST:
-                rc = x_post(x, source, x.piece, mine, True, reqs)
+        # A message of ours longer than a piece: its pieces are posted, then held to the
+        # sender's length once the first is in.  Otherwise one wait, as for a whole message.
+        staged = rc == MPI_SUCCESS and x.piece > 0 and x.kind != X_BCAST and mine > x.piece
+        if staged:
+            rc = x_post(x, source, x.piece, mine, True, reqs)
             last = x.nreq
             if rc == MPI_SUCCESS:
                 rc = wait_requests(first + 1, reqs, x.is_recv, &x.w, sts)
             if rc == MPI_SUCCESS:
-                MPI_Get_count(&sts[first], MPI_BYTE, &count)
-                got[0] = count
-                total = h + (<int64_t *>x.theirs)[x.nh - 1] if count == x.piece else count
-                if total > x.cap or total < count:
-                    total = count  # not a message of the exchange (x_absorb calls it a clash)
-                # Pieces posted beyond the sender's length, then those it has beyond ours.
-                for i in range(first + 1, last):
-                    if (i - first) * x.piece >= total:
-                        MPI_Cancel(&reqs[i])
-                        x.is_recv[i] = 0  # received nothing: not counted below
-                rc = x_post(x, source, (last - first) * x.piece, total, False, reqs)
-            first += 1
+                rc = x_rest(x, source, reqs, sts, first, last, got)
         if rc != MPI_SUCCESS and x.nreq:
             give_up(reqs, x.nreq)
     elif rc != MPI_SUCCESS and x.nreq:
         give_up(reqs, x.nreq)
     if rc == MPI_SUCCESS and x.nreq:
         rc = x_wait(x, reqs, sts)
+        counted = first + 1
+        if rc == MPI_SUCCESS and source >= 0 and not staged:
+            # One receive was posted: the whole message, or the first piece of a longer one.
+            counted = x.nreq
+            rc = x_rest(x, source, reqs, sts, first, first + 1, got)
+            if rc == MPI_SUCCESS and x.nreq > counted:
+                rc = x_wait(x, reqs, sts)
+            elif rc != MPI_SUCCESS and x.nreq:
+                give_up(reqs, x.nreq)
         if rc == MPI_SUCCESS and source >= 0:
-            for i in range(first, x.nreq):
+            for i in range(counted, x.nreq):
                 if x.is_recv[i] & 1:
                     MPI_Get_count(&sts[i], MPI_BYTE, &count)
                     got[0] += count

@@ -12,12 +12,14 @@ The switch points, from the libraries' sources and variables, measured at np=2 w
 * MPICH ch4 (5.0.2): a message that fits one cell of the POSIX shared-memory queue,
   MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE (8192 bytes) less the cell's header (80 bytes
   measured), goes eagerly.  From MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD (8192) on, with CMA on
-  (MPIR_CVAR_CH4_CMA_ENABLE), it goes by a handshake and one CMA copy.  Between the two, and
-  for every larger message with CMA off, it goes by the cell pipeline, the slowest of the three:
-  there a message cut into eager pieces, all in flight, is faster (up to 48 KiB measured).
+  (MPIR_CVAR_CH4_CMA_ENABLE), it goes by a handshake and one CMA copy; between the two, and for
+  every larger message with CMA off, by the cell pipeline.  A message written just before it
+  is sent, as a schedule's combine writes the next step's, crosses by CMA at 4.9-5.2 us for
+  8 KiB against 3.1-3.2 us as eager pieces; the pieces win up to 16 KiB in an all-reduce.
 * Open MPI (5.0.11, ob1 over btl/sm): up to btl_sm_eager_limit (4096 bytes) including the
   match and fragment headers (80 bytes measured); above it a rendezvous with one copy
-  (smsc/cma), which pieces never beat.
+  (smsc/cma).  Just above the limit (a 4 KiB message) the rendezvous costs 4.0-4.6 us in an
+  all-reduce step against 3.5-3.8 us as pieces; from 6 KiB on the rendezvous wins.
 * Between nodes the network decides, and none of these apply: MPICH's OFI netmod sends eagerly
   up to MPIR_CVAR_CH4_OFI_EAGER_THRESHOLD (-1: the provider's largest message), Open MPI's
   btl/tcp up to btl_tcp_eager_limit (65536).  A Comm's lanes across nodes cut nothing.
@@ -29,8 +31,8 @@ What a Comm does with them (``agreed``):
   version whose header grows a little still fits; COLLECTIVES_EAGER_BYTES overrides it (0:
   nothing is cut).
 * ``most``: a schedule's message of more than ``eager`` bytes, up to ``most``, is cut into
-  eager pieces (``plans.split_messages``): where the library would pipeline it through its
-  cells.  COLLECTIVES_SPLIT_BYTES overrides it.
+  eager pieces (``plans.split_messages``): CUT_MOST's measured size for the library, or with
+  MPICH's CMA off the range its cell pipeline would carry.  COLLECTIVES_SPLIT_BYTES overrides it.
 * ``fused``: the most a fused collective carries, its checked exchange's messages cut into
   eager pieces (collectives.exchange): on MPICH, whose handshake and CMA copy cost more than
   the pieces' extra copy up to exchange.FUSED_BYTES, that much; elsewhere
@@ -55,7 +57,11 @@ MPICH_CMA = "MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD"
 MPICH_CMA_ON = "MPIR_CVAR_CH4_CMA_ENABLE"
 OPEN_MPI_SM = "btl_sm_eager_limit"
 
-# Where MPICH pipelines a message through its cells with CMA off, pieces pay up to this size.
+# The largest message cut into eager pieces, per library: where a message written just before
+# it is sent (as every combine writes the next step's message) crosses faster as pieces than by
+# the library's handshake and single copy (docs/results/eager.md); with MPICH's CMA off, its cell
+# pipeline, which pieces beat up to PIPELINE_MOST.
+CUT_MOST = {"MPICH": 16 << 10, "Open MPI": 4 << 10}
 PIPELINE_MOST = 48 << 10
 
 _LEARNED = []
@@ -81,15 +87,16 @@ def _read():
         eager, where = max(found[MPICH_CELL] - HEADER, 0), f"{MPICH_CELL}={found[MPICH_CELL]} - {HEADER}"
         most = PIPELINE_MOST
         if found.get(MPICH_CMA_ON, 0) and found.get(MPICH_CMA, 0) > 0:
-            most = found[MPICH_CMA] - 1
-            if most < eager:
-                eager, where = most, f"{MPICH_CMA}={found[MPICH_CMA]} - 1"
+            # Below the CMA threshold MPICH pipelines through its cells; from it on, CMA.
+            most = max(CUT_MOST["MPICH"], min(found[MPICH_CMA] - 1, PIPELINE_MOST))
+            if found[MPICH_CMA] - 1 < eager:
+                eager, where = found[MPICH_CMA] - 1, f"{MPICH_CMA}={found[MPICH_CMA]} - 1"
         return {"eager": eager, "most": most, "fused": FUSED_BYTES, "where": where}
     if library.startswith("Open MPI"):
         found = integers([OPEN_MPI_SM])
         if OPEN_MPI_SM not in found:
             return dict(none, where=f"Open MPI without {OPEN_MPI_SM}: not btl/sm")
-        return {"eager": max(found[OPEN_MPI_SM] - HEADER, 0), "most": 0, "fused": FUSED_DEFAULT,
+        return {"eager": max(found[OPEN_MPI_SM] - HEADER, 0), "most": CUT_MOST["Open MPI"], "fused": FUSED_DEFAULT,
                 "where": f"{OPEN_MPI_SM}={found[OPEN_MPI_SM]} - {HEADER}"}
     return dict(none, where=f"unknown MPI library ({library.splitlines()[0][:40]}): nothing learned")
 
@@ -113,4 +120,4 @@ def agreed(comm, settings):
     return tuple(int(v) for v in mine)
 
 
-__all__ = ["HEADER", "PIPELINE_MOST", "agreed", "learned", "limits"]
+__all__ = ["CUT_MOST", "HEADER", "PIPELINE_MOST", "agreed", "learned", "limits"]

@@ -77,12 +77,15 @@ def make(engine, collective, algorithm, count, nbytes, uniform, args, op=None, d
         blocks = args[0]
         if sum(blocks) - blocks[engine.rank] <= LATE_COPY_BYTES:
             steps, copied = late_copy(steps, sum(blocks[:engine.rank]), blocks[engine.rank])
-    if engine.eager and not engine.nodes.spans:
-        steps, nreq = split_messages(steps, 1 if dtype is None or dtype < 0 else np.dtype(DTYPES[dtype]).itemsize,
-                                     engine.eager, engine.split_most)
     # The all-reduce alone overlaps the checked exchange, above the fused sizes whose exchange
     # is the whole collective; the NumPy twin of the executor runs no overlap.
-    if collective == "allreduce" and nbytes > engine.fused_bytes and not engine.pure:
+    overlaps = collective == "allreduce" and nbytes > engine.fused_bytes and not engine.pure
+    # Messages cut into eager pieces (collectives.eager), on one node; not the overlapped
+    # all-reduce's under the check, whose leading sends are synchronous: a handshake each.
+    if engine.eager and not engine.nodes.spans and not (overlaps and engine.check):
+        steps, nreq = split_messages(steps, 1 if dtype is None or dtype < 0 else np.dtype(DTYPES[dtype]).itemsize,
+                                     engine.eager, engine.split_most)
+    if overlaps:
         steps, lead, copied = leading(steps, apart, 0 if algo.reads_in or not apart else count,
                                       EARLY_RECEIVES)
     return (steps, tmp_count, nreq, algo.reads_in or copied, algo.name, index, -1, lead, None, reason)

@@ -164,3 +164,32 @@ def test_gather_scatter(split, mpi_comm, kind):
                 split.Scatter(whole, got, root=p - 1, algorithm=algorithm)
                 mpi_comm.Scatter(whole, want, root=p - 1)
             assert np.array_equal(got, want), f"{algorithm} n={n}"
+
+
+# (call(c, n), collective) with ``n`` elements: a long message in pieces on some ranks, a short
+# one on others, so the receiver's pieces and the sender's differ in number.
+DIFFER = {
+    "allreduce": lambda c, n: c.Allreduce(np.ones(n), np.zeros(n)),
+    "bcast": lambda c, n: c.Bcast(np.ones(n) if c.rank == 0 else np.zeros(n), root=0),
+    "allgather": lambda c, n: c.Allgather(np.ones(n), np.zeros(n * c.size)),
+}
+
+
+@pytest.mark.parametrize("long_on", ["rank 0", "the others"])
+@pytest.mark.parametrize("call", list(DIFFER))
+def test_mismatch_of_pieces(split, mpi_comm, call, long_on):
+    """Ranks whose fused messages differ in length, one piece against several: every rank
+    raises the mismatch, none hangs, no piece is left behind (the next calls compute what
+    native MPI does)."""
+    if split.size < 2:
+        pytest.skip("needs two ranks")
+    short, long = 4, (FUSED_BYTES // 8) // split.size
+    odd = (split.rank == 0) == (long_on == "rank 0")
+    with pytest.raises(ValueError, match="count|nbytes"):
+        DIFFER[call](split, long if odd else short)
+    for n in (short, long, 3 * long // 2):
+        x = np.arange(n, dtype=np.float64) + split.rank
+        got, want = np.empty(n), np.empty(n)
+        split.Allreduce(x, got)
+        mpi_comm.Allreduce(x, want)
+        assert np.array_equal(got, want), n

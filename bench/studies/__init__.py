@@ -3,6 +3,7 @@
 
 * dataservers: training throughput with data servers against partitioned reading (make bench-stragglers).
 * kernels: the native kernels' throughput against the best NumPy expression (make bench-kernels).
+* osu_demos: mpi4py's own OSU demos on a Comm beside COMM_WORLD (make bench-osu).
 * pipeline: the pipeline bubble against theory; seconds per epoch of data, tensor, hybrid and
   pipeline layouts of one MLP (make bench-pipeline).
 * reproducible: seconds per epoch of reproducible training against the default mode.
