@@ -142,11 +142,11 @@ def algorithms_page():
         *sections,
         "## Fused forms",
         "",
-        "With the argument check on (the default), `auto` takes a collective's fused form for messages up to "
-        f"what a fused collective carries on the communicator: `FUSED_BYTES` = {exchange.FUSED_BYTES} bytes "
-        "under MPICH on one node, its messages cut into eager pieces, and `FUSED_DEFAULT` = "
-        f"{exchange.FUSED_DEFAULT} bytes elsewhere ([protocols](protocols.md)). The check's exchange carries "
-        "the data. From the header of `collectives/exchange.py`:",
+        "With the argument check on (the default), `auto` takes a collective's fused form where the tuning "
+        "table's fused row covers the message, up to what a fused collective carries on the communicator: "
+        f"`FUSED_BYTES` = {exchange.FUSED_BYTES} bytes under MPICH on one node, its messages cut into eager "
+        f"pieces, and `FUSED_DEFAULT` = {exchange.FUSED_DEFAULT} bytes elsewhere ([protocols](protocols.md)). "
+        "The check's exchange carries the data. From the header of `collectives/exchange.py`:",
         "",
         *[t + "\n" for t in fused_text],
         "| algorithm | collective | restriction |",
