@@ -106,10 +106,13 @@ def test_launches_and_plot(tmp_path):
     got = _run([COMMAND, "--launches", "2", "-np", "2", "allreduce", "-m", "8:8", "-i", "3", "-a", "auto",
                 "--budget", "0.1", "--results", str(tmp_path), "--wait-fast", "0"], tmp_path)
     assert got.returncode == 0, got.stderr
-    # --wait-fast 0: one real state probe before each launch, whatever it reads.
-    assert got.stderr.count("collectives.bench.state: np=2") == 2, got.stderr
-    states = next(line for line in got.stdout.splitlines() if line.startswith("# the state probe before each launch"))
-    assert states.split(": ", 1)[1] in {"fast, fast", "fast, slow", "slow, fast", "slow, slow"}, states
+    # Two launches at each thread level, multiple then single; --wait-fast 0: one real state
+    # probe before each launch, whatever it reads.
+    assert got.stderr.count("collectives.bench.state: np=2") == 4, got.stderr
+    assert [line for line in got.stdout.splitlines() if line.startswith("# thread level")] == [
+        "# thread level multiple (MPI4PY_RC_THREAD_LEVEL=multiple)", "# thread level single (MPI4PY_RC_THREAD_LEVEL=single)"]
+    for states in (line for line in got.stdout.splitlines() if line.startswith("# the state probe before each launch")):
+        assert states.split(": ", 1)[1] in {"fast, fast", "fast, slow", "slow, fast", "slow, slow"}, states
     rows = {row[1]: row for row in _data(got.stdout)}
     assert set(rows) == {"native", "default", "auto"}
     for row in rows.values():
