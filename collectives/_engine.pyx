@@ -1,46 +1,120 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The core of a Comm's collectives: order, plans, agreement and execution.
+"""A Comm's engine: the one path every collective call takes.
 
-``Engine`` holds what a Comm's calls share: the plan cache (``collectives.plans`` makes a plan
-on a miss), the checked exchange's message (the fingerprint ``collectives.agreement``
-describes; ``fingerprint``, ``exchange``, ``judge``), the scratch buffers, the progress thread
-of the nonblocking calls, and the leaves that run a call: the native executor and exchange,
-or, with ``pure`` (COLLECTIVES_PUREPYTHON=1), their NumPy twins ``schedule.run_python`` and
-``exchange.exchange``.  ``collectives._dispatch`` describes each collective on top of it.
+A call goes down the layers once:
+
+* **describe** (collectives._call): mpi4py's arguments become a ``Call``, on the caller's
+  thread, for blocking and nonblocking calls alike; a bad argument raises there, and a call
+  no algorithm covers is marked for MPI's own;
+* **order**: a blocking call runs at once, or behind the nonblocking calls still pending; a
+  nonblocking one is queued on the progress thread (collectives.nonblocking), which runs the
+  queued Calls in order;
+* **plan**: the algorithm and its schedule for the call's shape, from ``collectives.plans`` on
+  a miss, kept in one cache by the Call's key (``FRONT`` slots by its hash, then an LRU);
+* **agree**: with the check on, the checked exchange of the call's fingerprint (the fields
+  ``collectives.agreement`` describes), which for a fused plan carries the data and is the
+  collective; a rank whose description failed takes part with its error flag set, so the
+  others raise "invalid arguments on another rank" instead of waiting;
+* **execute**: the copies the Call names around the schedule, and the schedule, in
+  ``collectives._executor`` without the GIL, or with ``pure`` (COLLECTIVES_PUREPYTHON=1) in
+  ``schedule.run_python`` and ``exchange.exchange``, the NumPy twins: the fallback shares
+  everything above the leaves;
+* **record**: the algorithm that ran, the timeline's records and COLLECTIVES_EXPLAIN's line.
+
+A call no algorithm covers runs MPI's own collective on the private communicator after the
+same agreement.  ``Functional`` gives the functional all-reduce the same path.
 """
 import logging
 import sys
 
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.pythread cimport PyThread_get_thread_ident
+from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport malloc, free
+from libc.string cimport memcmp, memcpy, memmove
+cimport numpy as cnp
 import numpy as np
 from mpi4py import MPI as pyMPI
 from mpi4py.libmpi cimport *
 
+from collectives._buffers cimport IN_PLACE, dtype_of
+from collectives._call cimport (B_BODY, B_STAGE, C_BYTES, C_NONE, C_PACK, C_UNPACK, KEY_WORDS, Call, Copy,
+                                describe_allgather, describe_allgatherv, describe_allreduce, describe_barrier,
+                                describe_bcast, describe_reduce, describe_reduce_scatter, describe_rooted,
+                                finish_reduce_scatter)
 from collectives._csrc cimport ck_itemsize
 from collectives._exchange cimport X_PIECES, x_agrees, x_checked
-from collectives._executor cimport ACC_BUF, IN_BUF, NBUFS, OUT_BUF, TMP_BUF, run_checked
+from collectives._executor cimport MAX_BUFS, run_checked
 from collectives._requests cimport NEVER_S, monotonic
 from collectives._timeline cimport CALL, CHECK, TRANSFER, put
 from collectives import exchange as _twin
 from collectives._executor import ScheduleError
 from collectives.agreement import COLLECTIVE_INDEX, Disagreement, disagreement
 from collectives.cache import ByteLRU
-from collectives.exchange import FUSED_BYTES, FUSED_DEFAULT, TAG as EXCHANGE_TAG
+from collectives.constants import ACC, COLLECTIVES, COUNTS, IN, INDEX, NBUFS as _NBUFS, OUT, TAG_EXCHANGE, TAGS, TMP
+from collectives.exchange import FUSED_BYTES, FUSED_DEFAULT
 from collectives.nonblocking import Progress, completed
-from collectives.registry import ALGORITHMS, PLAN_OVERHEAD, choices
+from collectives.ops import DTYPE_CODE
+from collectives.registry import PLAN_OVERHEAD, choices
 from collectives.schedule import run_python
 from collectives.watchdog import StallError, stalled
 
 cnp.import_array()
 
 cdef char _empty[16]
-cdef object _NAMES = tuple(ALGORITHMS)
+cdef object _NAMES = COLLECTIVES
+cdef int NCOLL = len(COLLECTIVES)
+if NCOLL > MAX_COLLECTIVES:
+    raise ImportError(f"collectives._engine: room for {MAX_COLLECTIVES} collectives, {NCOLL} declared")
+cdef int ALLREDUCE = INDEX["allreduce"], BCAST = INDEX["bcast"], REDUCE_ = INDEX["reduce"]
+cdef int ALLGATHER = INDEX["allgather"], REDUCE_SCATTER = INDEX["reduce_scatter"]
+cdef int GATHER = INDEX["gather"], SCATTER = INDEX["scatter"], BARRIER = INDEX["barrier"]
+cdef int BYTE_CODE = DTYPE_CODE[np.dtype(np.uint8)]
+cdef int ACC_BUF = ACC, TMP_BUF = TMP, IN_BUF = IN, OUT_BUF = OUT, NBUFS = _NBUFS
+cdef object _COUNTS_INDEX = COLLECTIVE_INDEX[COUNTS]
 log = logging.getLogger("collectives")
+
+cdef extern from *:
+    """
+    #define COLLECTIVES_UNKNOWN (-(1LL << 62))
+    """
+    # A field this rank cannot know (agreement.agree's None).
+    const int64_t UNKNOWN "COLLECTIVES_UNKNOWN"
+
+
+cdef inline uint64_t mix(uint64_t h, uint64_t word) noexcept:
+    """One word into the hash (splitmix64's finalizer over the sum)."""
+    h = (h ^ word) + 0x9E3779B97F4A7C15ULL
+    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ULL
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EBULL
+    return h ^ (h >> 31)
+
+
+cdef inline uint64_t key_hash(Call c) noexcept:
+    """A hash of the Call's plan key: its words, and its per-rank counts when they belong."""
+    cdef uint64_t h = 0
+    cdef int i
+    for i in range(KEY_WORDS):
+        h = mix(h, <uint64_t>c.key[i])
+    if c.key_counts:
+        for i in range(c.size):
+            h = mix(h, <uint64_t>c.kcounts[i])
+    return h
 
 
 cdef class _Plan:
     """A cached plan with everything one call needs, resolved once."""
+
+    def __dealloc__(self):
+        free(self.kcounts)
+
+    cdef bint serves(self, Call c) noexcept:
+        """Whether this plan is the one for ``c``'s shape."""
+        if memcmp(self.key, c.key, sizeof(self.key)) != 0:
+            return False
+        if not c.key_counts:
+            return self.nkcounts == 0
+        return self.nkcounts == c.size and memcmp(self.kcounts, c.kcounts, c.size * sizeof(int64_t)) == 0
 
 
 cdef object array_at(char *ptr, Py_ssize_t nbytes):
@@ -50,20 +124,69 @@ cdef object array_at(char *ptr, Py_ssize_t nbytes):
     return np.asarray(<char[:nbytes]>ptr).view(np.uint8)
 
 
+cdef void move_blocks(char *dst, const Py_ssize_t *dst_at, const char *src, const Py_ssize_t *src_at,
+                      const Py_ssize_t *counts, Py_ssize_t p, Py_ssize_t size) noexcept:
+    """Copy each block i, ``counts[i]`` elements of ``size`` bytes, from ``src_at[i]`` to ``dst_at[i]``."""
+    cdef Py_ssize_t i
+    for i in range(p):
+        memcpy(dst + dst_at[i] * size, src + src_at[i] * size, counts[i] * size)
+
+
+cdef class QueuedCall:
+    """A described nonblocking call, as the job the progress thread runs when its turn comes."""
+    cdef Engine engine
+    cdef Call c
+
+    def __init__(self, Engine engine, Call c):
+        self.engine, self.c = engine, c
+
+    def __call__(self):
+        cdef Engine e = self.engine
+        try:
+            if e.broken is not None:
+                raise RuntimeError(f"collectives.Comm is unusable: {e.broken}")
+            e.queue_thread = PyThread_get_thread_ident()
+            if e.ring != NULL:
+                e.t_call = monotonic()
+            e.started += 1
+            e.execute(self.c)
+        finally:
+            e.queue_thread = 0
+            self.c.release()
+
+
+cdef class QueuedJob:
+    """A job of the caller's (``Engine.run``), queued behind the nonblocking calls."""
+    cdef Engine engine
+    cdef object job
+
+    def __init__(self, Engine engine, job):
+        self.engine, self.job = engine, job
+
+    def __call__(self):
+        self.engine.queue_thread = PyThread_get_thread_ident()
+        try:
+            self.engine.started += 1
+            return self.job()
+        finally:
+            self.engine.queue_thread = 0
+
+
 cdef class Engine:
-    """What the collectives of one ``collectives.Comm`` share: plans, agreement, execution.
+    """What the collectives of one ``collectives.Comm`` share, and the path each call takes.
 
     ``comm`` is the Comm's private duplicate; ``make_plan(engine, collective, algorithm,
     count, nbytes, uniform, args, op, dtype, apart)`` is ``collectives.plans.make``, called
     on a plan cache miss; ``eager``, ``split_most`` and ``fused`` are the Comm's agreed eager
-    limit, largest cut message and most a fused collective carries (collectives.eager.agreed).  The attributes the facade reads are public: ``check``,
-    ``last_algorithm``, ``broken`` (why a failed step made the Comm unusable), ``progress``
-    (the thread of the nonblocking calls), ``started`` (collectives started: the watchdog's
-    call numbers) and ``calls`` (those run by this library's algorithms, not handed to MPI).
+    limit, largest cut message and most a fused collective carries (collectives.eager.agreed).
+    The attributes the facade reads are public: ``check``, ``last_algorithm``, ``broken`` (why
+    a failed step made the Comm unusable), ``progress`` (the thread of the nonblocking calls),
+    ``started`` (collectives started: the watchdog's call numbers) and ``calls`` (those run by
+    this library's algorithms, not handed to MPI).
     """
 
     def __init__(self, MPI.Comm comm, settings, bint check, double timeout, on_timeout, algorithms,
-                 nodes, make_plan, tags, bint pure, Recorder timeline=None, Py_ssize_t eager=0,
+                 nodes, make_plan, bint pure, Recorder timeline=None, Py_ssize_t eager=0,
                  Py_ssize_t split_most=0, Py_ssize_t fused=FUSED_DEFAULT):
         cdef int i
         self.comm = comm
@@ -78,15 +201,17 @@ cdef class Engine:
         self.fused_bytes = FUSED_DEFAULT if nodes.spans else fused
         self.broken = self.progress = self.last_algorithm = None
         self.started = self.calls = 0
-        self.plans = ByteLRU()
+        self.plans = ByteLRU(settings.cache_bytes)
         self.hot = [None] * NCOLL
+        self.front = [None] * FRONT
+        self.algo_ids = {}
         self.checked = check
         for i in range(NCOLL):
-            self.tags[i] = tags[i]
+            self.tags[i] = TAGS[_NAMES[i]]
             self.native_index[i] = choices(_NAMES[i]).index("native")
         self.width = 4 + self.size
         self.nvec = 5 + 2 * self.width
-        self.x.comm, self.x.tag = comm.ob_mpi, EXCHANGE_TAG
+        self.x.comm, self.x.tag = comm.ob_mpi, TAG_EXCHANGE
         self.x.nh = self.nvec + 1
         self.x.cap = 8 * self.x.nh + FUSED_BYTES
         # On one node a message of the exchange longer than the eager limit goes as eager
@@ -99,8 +224,7 @@ cdef class Engine:
         self.x.mine = <char *>malloc(2 * self.x.cap)
         self.x.theirs = self.x.mine + self.x.cap
         self.vec = <int64_t *>self.x.mine
-        self.counts = <Py_ssize_t *>malloc(3 * self.size * sizeof(Py_ssize_t))
-        if self.x.mine == NULL or self.counts == NULL:
+        if self.x.mine == NULL:
             raise MemoryError()
         whole = array_at(self.x.mine, self.x.cap)
         self.vec_array = whole[:8 * self.nvec].view(np.int64)
@@ -108,11 +232,10 @@ cdef class Engine:
         self.watch(timeout)
         self.tmp = np.zeros(64, np.uint8)
         self.aux = np.zeros(64, np.uint8)
-        self.held = Views()
+        self.call = Call(self.rank, self.size)
 
     def __dealloc__(self):
         free(self.x.mine)
-        free(self.counts)
 
     def watch(self, double limit):
         """Watch every wait for ``limit`` seconds (collectives.watchdog); 0 turns it off."""
@@ -128,6 +251,7 @@ cdef class Engine:
         """Drop every cached plan."""
         self.plans.clear()
         self.hot = [None] * NCOLL
+        self.front = [None] * FRONT
 
     def close(self):
         """Finish the queued nonblocking calls and stop the progress thread."""
@@ -136,7 +260,100 @@ cdef class Engine:
             self.progress = None
         self.tmp = self.aux = None
 
-    # ---- order: blocking calls behind pending nonblocking ones ---------------------------
+    # ---- the entry points: describe, then run now or queue -------------------------------
+
+    def allreduce(self, sendbuf, recvbuf, op, algorithm, bint nonblocking=False):
+        """Allreduce (Iallreduce: ``nonblocking``, a Request)."""
+        cdef Call c = self.fresh(ALLREDUCE, "Allreduce", algorithm, nonblocking)
+        try:
+            describe_allreduce(c, sendbuf, recvbuf, op)
+        except BaseException as exc:
+            c.refused(exc, (sendbuf, recvbuf, op))
+        return self.go(c, nonblocking)
+
+    def bcast(self, buf, root, algorithm, bint nonblocking=False):
+        """Bcast (Ibcast)."""
+        cdef Call c = self.fresh(BCAST, "Bcast", algorithm, nonblocking)
+        try:
+            describe_bcast(c, buf, root)
+        except BaseException as exc:
+            c.refused(exc, (buf, root))
+        return self.go(c, nonblocking)
+
+    def reduce(self, sendbuf, recvbuf, op, root, algorithm, bint nonblocking=False):
+        """Reduce (Ireduce)."""
+        cdef Call c = self.fresh(REDUCE_, "Reduce", algorithm, nonblocking)
+        try:
+            describe_reduce(c, sendbuf, recvbuf, op, root)
+        except BaseException as exc:
+            c.refused(exc, (sendbuf, recvbuf, op, root))
+        return self.go(c, nonblocking)
+
+    def allgather(self, sendbuf, recvbuf, algorithm, bint nonblocking=False):
+        """Allgather (Iallgather)."""
+        cdef Call c = self.fresh(ALLGATHER, "Allgather", algorithm, nonblocking)
+        try:
+            describe_allgather(c, sendbuf, recvbuf)
+        except BaseException as exc:
+            c.refused(exc, (sendbuf, recvbuf))
+        return self.go(c, nonblocking)
+
+    def allgatherv(self, sendbuf, recvbuf, algorithm, bint nonblocking=False):
+        """Allgatherv (Iallgatherv)."""
+        cdef Call c = self.fresh(ALLGATHER, "Allgatherv", algorithm, nonblocking)
+        try:
+            describe_allgatherv(c, sendbuf, recvbuf)
+        except BaseException as exc:
+            c.refused(exc, (sendbuf, recvbuf))
+        return self.go(c, nonblocking)
+
+    def reduce_scatter(self, sendbuf, recvbuf, recvcounts, op, algorithm, bint block, bint nonblocking=False):
+        """Reduce_scatter_block (``block``) or Reduce_scatter, and their nonblocking forms."""
+        cdef Call c = self.fresh(REDUCE_SCATTER, "Reduce_scatter_block" if block else "Reduce_scatter", algorithm,
+                                 nonblocking)
+        try:
+            describe_reduce_scatter(c, sendbuf, recvbuf, recvcounts, op, block)
+        except BaseException as exc:
+            c.refused(exc, (sendbuf, recvbuf, op) if block else (sendbuf, recvbuf, recvcounts, op))
+        return self.go(c, nonblocking)
+
+    def rooted(self, method, sendbuf, recvbuf, root, algorithm, bint nonblocking=False):
+        """Gather, Gatherv, Scatter or Scatterv (``method``, mpi4py's name), and their nonblocking forms."""
+        cdef bint gather = method.startswith("Gather")
+        cdef Call c = self.fresh(GATHER if gather else SCATTER, method, algorithm, nonblocking)
+        try:
+            describe_rooted(c, gather, method.endswith("v"), sendbuf, recvbuf, root)
+        except BaseException as exc:
+            c.refused(exc, (sendbuf, recvbuf, root))
+        return self.go(c, nonblocking)
+
+    def barrier(self, algorithm, bint nonblocking=False):
+        """Barrier (Ibarrier)."""
+        cdef Call c = self.fresh(BARRIER, "Barrier", algorithm, nonblocking)
+        describe_barrier(c)
+        return self.go(c, nonblocking)
+
+    cpdef allreduce_array(self, array, op, algorithm, out):
+        """collectives.allreduce: ``array`` (anything np.asarray takes) combined over the ranks
+        into ``out`` (a new array when None), which is returned; ``array`` is left untouched."""
+        cdef Call c
+        if not cnp.PyArray_Check(array):
+            array = np.asarray(array)
+        if out is None:
+            out = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(array), cnp.PyArray_DIMS(array),
+                                    cnp.PyArray_TYPE(array), cnp.PyArray_IS_F_CONTIGUOUS(array)
+                                    and not cnp.PyArray_IS_C_CONTIGUOUS(array))
+        elif not cnp.PyArray_Check(out) or not same_shape(array, out):
+            c = self.fresh(ALLREDUCE, "Allreduce", algorithm, False)
+            c.error = (TypeError(f"allreduce: out must be a NumPy array, got {type(out).__name__}")
+                       if not cnp.PyArray_Check(out) else ValueError(
+                           f"allreduce: out has shape {out.shape} and dtype {out.dtype}, the result has shape "
+                           f"{array.shape} and dtype {array.dtype}"))
+            return self.go(c, False)
+        self.allreduce(send_for(array, out), out, op, algorithm)
+        return out
+
+    # ---- order: run now, behind the pending nonblocking calls, or queued -----------------
 
     cdef bint ready(self) except -1:
         """Whether a call may run now, on this thread; raises when the Comm is unusable."""
@@ -148,33 +365,86 @@ cdef class Engine:
         return (self.progress is None or not self.progress.busy()
                 or (self.queue_thread != 0 and PyThread_get_thread_ident() == self.queue_thread))
 
-    def start(self, method, args):
-        """Start ``getattr(self, method)(*args)`` on the progress thread; its Request."""
+    cdef Call fresh(self, int coll, object method, object algorithm, bint nonblocking):
+        """The Call to describe a call into: the Comm's own for a blocking call that runs at
+        once, else a new one (queued, it lives until it has run)."""
+        cdef Call c
+        if not nonblocking and not self.call_busy and self.ready():
+            c = self.call
+            self.call_busy = True
+        else:
+            c = Call.__new__(Call, self.rank, self.size)
+        c.begin(coll, method, algorithm)
+        return c
+
+    cdef object go(self, Call c, bint nonblocking):
+        """Run the described call ``c``: now (blocking, its turn), after the pending calls
+        (blocking), or queued (nonblocking: its Request).  A nonblocking call whose description
+        failed raises at the call; its refusal is queued, so the other ranks raise at wait()."""
+        cdef object job, error
+        if c is self.call:
+            self.started += 1
+            try:
+                self.execute(c)
+            finally:
+                c.release()
+                self.call_busy = False
+            return None
         if self.broken is not None:
             raise RuntimeError(f"collectives.Comm is unusable: {self.broken}")
-        job = Queued(self, method, args)
+        error = c.error
+        if nonblocking and error is not None:
+            # Raised here, at the call; the queued refusal raises its own copy on the progress
+            # thread, where only the Request sees it.
+            c.error = type(error)(*error.args)
+        job = QueuedCall(self, c)
         if pyMPI.Query_thread() < pyMPI.THREAD_MULTIPLE:
             # A progress thread would call MPI beside the caller, which needs THREAD_MULTIPLE.
             log.info("collectives: MPI thread level below THREAD_MULTIPLE; nonblocking "
                      "collectives complete before they return")
-            return completed(job)
-        if self.progress is None:
-            self.progress = Progress()
-        return self.progress.submit(job)
-
-    cdef object behind(self, method, tuple args):
-        """Run a blocking call after the nonblocking ones still pending."""
-        self.start(method, args).wait()
+            request = completed(job)
+        else:
+            if self.progress is None:
+                self.progress = Progress()
+            request = self.progress.submit(job)
+        if not nonblocking:
+            return request.wait()
+        if error is not None:
+            raise error
+        return request
 
     def run(self, job):
         """Run ``job()`` (a collective of the caller's, on this Comm's private communicator)
-        now, or behind the pending nonblocking calls."""
+        now, or behind the pending nonblocking calls; its result."""
         if self.ready():
             self.started += 1
             return job()
-        return self.start("run", (job,)).wait()
+        if self.progress is None:
+            self.progress = Progress()
+        return self.progress.submit(QueuedJob(self, job)).wait()
 
-    # ---- select and plan ----------------------------------------------------------------
+    cdef int execute(self, Call c) except -1:
+        """Plan, agree and run the described call ``c`` on this thread (its turn has come)."""
+        cdef _Plan pl
+        if c.native is not None:
+            self.native(c)
+            return 0
+        if c.error is None and c.counts_pending:
+            self.gather_counts(c)
+            try:
+                finish_reduce_scatter(c)
+            except (ValueError, TypeError) as exc:
+                c.error = exc
+        if c.error is not None:
+            self.refuse(c.coll, c.error)
+        try:
+            pl = self.plan(c)
+        except (ValueError, TypeError) as exc:
+            self.refuse(c.coll, exc)
+        self.perform(c, pl)
+        return 0
+
+    # ---- plan ----------------------------------------------------------------------------
 
     cdef char *scratch(self, bint aux, Py_ssize_t nbytes) except NULL:
         cdef cnp.ndarray buf = self.aux if aux else self.tmp
@@ -186,36 +456,60 @@ cdef class Engine:
                 self.tmp = buf
         return <char *>cnp.PyArray_DATA(buf)
 
-    cdef _Plan plan(self, int coll, object algorithm, tuple key, Py_ssize_t count,
-                    Py_ssize_t nbytes, bint uniform, tuple args, int op=-1, int dtype=-1,
-                    bint apart=False):
-        """The cached plan for ``key``, made on a miss (ValueError or TypeError when the
-        choice is not usable).  ``apart``: the input and output do not overlap (``key`` must
-        say so too)."""
+    cdef _Plan plan(self, Call c):
+        """The cached plan for ``c``'s shape, made on a miss (ValueError or TypeError when the
+        choice is not usable)."""
         cdef _Plan pl
+        cdef uint64_t h
+        cdef Py_ssize_t i
         if self.checked != self.check:  # the check decides whether the fused forms apply
             self.checked = self.check
             self.forget()
-        # A repeated call shape skips the LRU, a Python call taking a lock that cost about as
-        # much as an 8 B all-reduce's communication.  A hot plan the LRU evicts stays usable.
-        pl = self.hot[coll]
-        if pl is not None and pl.key == key:
-            return pl
-        pl = self.plans.get(key)
-        if pl is None:
-            made = self.make_plan(self, _NAMES[coll], algorithm, count, nbytes, uniform, args,
-                                  None if op < 0 else op, dtype, apart)
+        algorithm = c.algorithm
+        if algorithm is None:
+            c.key[1] = 0
+        else:
+            word = self.algo_ids.get(algorithm)
+            if word is None:
+                word = self.algo_ids[algorithm] = len(self.algo_ids) + 1
+            c.key[1] = word
+        # The cache is one LRU of plans; the collective's latest plan and FRONT recent ones
+        # (by the key's hash) are found without it.
+        found = self.hot[c.coll]
+        if found is not None and (<_Plan>found).serves(c):
+            return <_Plan>found
+        h = key_hash(c)
+        found = self.front[h & (FRONT - 1)]
+        if found is not None and (<_Plan>found).serves(c):
+            self.hot[c.coll] = found
+            return <_Plan>found
+        # The rest of the cache, by the key's bytes: a Python object only on this miss.
+        key = PyBytes_FromStringAndSize(<char *>c.key, sizeof(c.key))
+        if c.key_counts:
+            key += PyBytes_FromStringAndSize(<char *>c.kcounts, c.size * sizeof(int64_t))
+        found = self.plans.get(key)
+        if found is None:
+            made = self.make_plan(self, _NAMES[c.coll], algorithm, c.count, c.nbytes, c.uniform, c.builder_args(),
+                                  None if c.opc < 0 else c.opc, c.dtype, c.apart)
             pl = _Plan()
-            (pl.steps, pl.tmp_count, pl.nreq, pl.reads_in, pl.name, pl.algo, pl.fused, pl.lead,
-             pl.node_aware, pl.reason) = made
-            pl.steps = np.ascontiguousarray(pl.steps, dtype=np.int64)
+            pl.steps = np.ascontiguousarray(made.steps, dtype=np.int64)
+            pl.tmp_count, pl.nreq, pl.reads_in, pl.name = made.tmp_count, made.nreq, made.reads_in, made.name
+            pl.algo, pl.fused, pl.lead, pl.node_aware, pl.reason = (made.index, made.fused, made.lead,
+                                                                     made.node_aware, made.reason)
             pl.nsteps = pl.steps.shape[0]
             pl.rows = <const int64_t *>cnp.PyArray_DATA(pl.steps)
-            pl.nbytes, pl.count = nbytes, count
-            pl.key = key
-            self.plans.put(key, pl, pl.steps.nbytes + PLAN_OVERHEAD)
-        self.hot[coll] = pl
-        return pl
+            pl.nbytes, pl.count = c.nbytes, c.count
+            memcpy(pl.key, c.key, sizeof(pl.key))
+            pl.nkcounts = c.size if c.key_counts else 0
+            if pl.nkcounts:
+                pl.kcounts = <int64_t *>malloc(c.size * sizeof(int64_t))
+                if pl.kcounts == NULL:
+                    raise MemoryError()
+                memcpy(pl.kcounts, c.kcounts, c.size * sizeof(int64_t))
+            self.plans.put(key, pl, pl.steps.nbytes + PLAN_OVERHEAD + 8 * pl.nkcounts)
+            found = pl
+        self.front[h & (FRONT - 1)] = self.hot[c.coll] = found
+        return <_Plan>found
 
     # ---- agree: the checked exchange of the call's fingerprint -----------------------------
 
@@ -228,7 +522,7 @@ cdef class Engine:
         return self.x.mine + 8 * self.x.nh
 
     cdef void fingerprint(self, int coll, int algo, int nfields, bint error=False, int kind=X_HEADER,
-                          Py_ssize_t nbytes=0, Py_ssize_t block=0, int dtype=BYTE_CODE, int op=0,
+                          Py_ssize_t nbytes=0, Py_ssize_t block=0, int dtype=0, int op=0,
                           bint has=True) noexcept:
         """Fill the exchange's message: [error, coll, algo, fields, -coll, -algo, -fields] (the
         first ``nfields`` fields are in place, the rest 0), then the payload's length."""
@@ -280,23 +574,25 @@ cdef class Engine:
         raise Disagreement(disagreement(name, list(keys), [-v[3 + w + i] for i in range(len(keys))],
                                         [v[1 + i] for i in range(len(keys))]))
 
-    cdef int agree(self, int coll, _Plan pl, int nfields, tuple keys, bint counts,
-                   Py_ssize_t nbytes=0, Py_ssize_t block=0, int dtype=BYTE_CODE, int op=0,
-                   bint has=True) except -1:
-        """The agreement on the call (skipped unchecked, unless the plan is fused: its
-        exchange is the collective); ``keys`` name the first ``nfields`` fields, followed by
-        count0, count1, ... when ``counts``."""
+    cdef int agree(self, Call c, _Plan pl, bint payload) except -1:
+        """The agreement on ``c`` (skipped unchecked, unless the plan is fused: its exchange is
+        the collective): its fields, and with ``payload`` the fused form's data."""
+        cdef double t0
         if pl.fused < 0 and (self.size == 1 or not self.check):
             return 0
-        self.fingerprint(coll, pl.algo, nfields, False, X_HEADER if pl.fused < 0 else pl.fused, nbytes,
-                         block, dtype, op, has)
-        cdef double t0 = monotonic() if self.ring != NULL else 0
-        self.exchange(_NAMES[coll], pl.name if pl.fused >= 0 else "argument check")
+        memcpy(self.fields(), c.fields, c.nfields * sizeof(int64_t))
+        if payload:
+            self.fingerprint(c.coll, pl.algo, c.nfields, False, pl.fused, c.fbytes, c.fblock, c.fdtype, c.fop,
+                             c.fhas)
+        else:
+            self.fingerprint(c.coll, pl.algo, c.nfields)
+        t0 = monotonic() if self.ring != NULL else 0
+        self.exchange(_NAMES[c.coll], pl.name if pl.fused >= 0 else "argument check")
         if self.ring != NULL:
             # A fused plan's exchange carries the data: it is the transfer.
-            put(self.ring, t0, monotonic(), TRANSFER if pl.fused >= 0 else CHECK, coll, pl.algo, nbytes,
-                self.elements(coll, pl), -1)
-        return self.judge(_NAMES[coll], keys, counts)
+            put(self.ring, t0, monotonic(), TRANSFER if pl.fused >= 0 else CHECK, c.coll, pl.algo, c.nbytes,
+                c.elements(), -1)
+        return self.judge(_NAMES[c.coll], c.keys, c.per_rank)
 
     def agree_fields(self, collective, algorithm, tuple keys, values, bint error=False):
         """``collectives.agreement.agree``: the checked exchange of ``values`` named ``keys``
@@ -306,7 +602,7 @@ cdef class Engine:
         cdef int i, n = len(values), coll = COLLECTIVE_INDEX[collective]
         if n > self.width:
             raise RuntimeError(f"{collective}: {n} fields to agree on, room for {self.width}")
-        algo = 0 if algorithm is None else (choices(collective) if collective in ALGORITHMS else [collective]
+        algo = 0 if algorithm is None else (choices(collective) if collective in INDEX else [collective]
                                             ).index(algorithm)
         for i in range(n):
             self.vec[3 + i] = UNKNOWN if values[i] is None else values[i]
@@ -323,30 +619,115 @@ cdef class Engine:
             self.exchange(_NAMES[coll], "argument check")
         raise exc
 
+    cdef int gather_counts(self, Call c) except -1:
+        """Every rank's count of Reduce_scatter's recvbuf into ``c.counts``.  Checked, the
+        agreement's exchange gathers them (each rank fills in its own field): a rank in another
+        collective, or whose arguments were invalid, meets it and all raise, where MPI's
+        Allgather would leave the others waiting."""
+        cdef int i
+        cdef Py_ssize_t mine = c.counts[self.rank]
+        if self.check and self.size > 1:
+            for i in range(self.size):
+                self.vec[3 + i] = mine if i == self.rank else UNKNOWN
+            self.fingerprint(_COUNTS_INDEX, 0, self.size)
+            self.exchange(COUNTS, "argument check")
+            self.judge(COUNTS, tuple(f"count{i}" for i in range(self.size)), False)
+            for i in range(self.size):
+                c.counts[i] = self.vec[3 + i]
+        else:
+            for i, n in enumerate(self.comm.allgather(mine)):
+                c.counts[i] = n
+        return 0
+
     # ---- execute -------------------------------------------------------------------------
 
-    cdef int launch(self, int coll, _Plan pl, char *acc, Py_ssize_t acc_n, char *inp, Py_ssize_t in_n,
-                    int dtype, int op, char *out=NULL, Py_ssize_t out_n=0, bint early=False) except -1:
-        """Run ``pl`` over ACC, TMP, IN and OUT (byte lengths ``*_n``); a failure marks the
-        Comm unusable.  ``early``: the exchange, its message filled by ``fingerprint``, runs
-        after the plan's first ``lead`` rows have started (run_checked); 1 when it disagreed,
-        the schedule not run."""
-        cdef char *buf[NBUFS]
-        cdef Py_ssize_t tmp_n = pl.tmp_count * ck_itemsize(dtype)
-        buf[ACC_BUF] = acc if acc != NULL else _empty
+    cdef void copy(self, const Copy *op, Call c, _Plan pl, char *stage) noexcept:
+        """One of the Call's copies, its pointers resolved against ``stage`` and the payload."""
+        cdef char *dst = op.dst
+        cdef char *src = op.src
+        cdef Py_ssize_t p = self.size
+        cdef Py_ssize_t *cnt = c.counts
+        if op.kind == C_NONE or (op.unless_reads_in and pl is not None and pl.reads_in and c.moves):
+            return
+        if op.dst_base == B_STAGE:
+            dst = stage + <Py_ssize_t>dst
+        elif op.dst_base == B_BODY:
+            dst = self.body() + <Py_ssize_t>dst
+        if op.src_base == B_STAGE:
+            src = stage + <Py_ssize_t>src
+        elif op.src_base == B_BODY:
+            src = self.body() + <Py_ssize_t>src
+        if op.kind == C_BYTES:
+            if dst != src:
+                memmove(dst, src, op.n)
+        elif op.kind == C_PACK:
+            move_blocks(dst, cnt + 2 * p, src, cnt + p, cnt, p, op.n)
+        else:
+            move_blocks(dst, cnt + p, src, cnt + 2 * p, cnt, p, op.n)
+
+    cdef int perform(self, Call c, _Plan pl) except -1:
+        """Agree on ``c`` and run it as ``pl`` says: the fused exchange, the node-aware phases,
+        or the schedule with the copies around it."""
+        cdef char *stage
+        cdef bint early
+        cdef Py_ssize_t nb
+        if pl.fused >= 0:
+            self.copy(&c.fin, c, None, NULL)
+            self.agree(c, pl, True)
+            self.copy(&c.fout, c, None, NULL)
+            self.done(c, pl)
+            return 0
+        if pl.node_aware is not None:
+            self.agree(c, pl, False)
+            nb = c.nbytes
+            target = array_at(c.recv.ptr, nb).view(dtype_of(&c.recv))
+            source = None if c.send.ptr == c.recv.ptr else array_at(c.send.ptr, nb).view(dtype_of(&c.recv)).copy()
+            pl.node_aware.build(self.nodes, source, target, c.op)
+            self.done(c, pl)
+            return 0
+        # The all-reduce's exchange runs after the schedule's first step has started.
+        early = pl.lead and c.moves and self.check
+        if not early:
+            self.agree(c, pl, False)
+        stage = self.scratch(True, c.scratch) if c.scratch else c.stage
+        self.copy(&c.pre, c, pl, stage)
+        if c.moves:
+            if early:
+                memcpy(self.fields(), c.fields, c.nfields * sizeof(int64_t))
+                self.fingerprint(c.coll, pl.algo, c.nfields)
+                if self.launch(c, pl, stage, stage, True):
+                    self.judge(_NAMES[c.coll], c.keys, c.per_rank)
+            else:
+                self.launch(c, pl, stage, stage)
+        self.copy(&c.post, c, pl, stage)
+        self.done(c, pl)
+        return 0
+
+    cdef int launch(self, Call c, _Plan pl, char *acc, char *inp, bint early=False) except -1:
+        """Run ``pl`` over the Call's ACC, TMP, IN and OUT (``acc``, ``inp``: the stage, where the
+        Call's ACC or IN lies in it); a failure marks the Comm unusable.  ``early``: the exchange,
+        its message filled by ``fingerprint``, runs after the plan's first ``lead`` rows have
+        started (run_checked); 1 when it disagreed, the schedule not run."""
+        cdef char *buf[MAX_BUFS]
+        cdef Py_ssize_t tmp_n = pl.tmp_count * ck_itemsize(c.ldtype)
+        cdef double t0
+        cdef int i, disagreed = 0, coll = c.coll
+        buf[ACC_BUF] = (acc + <Py_ssize_t>c.acc) if c.acc_base == B_STAGE else c.acc
+        buf[IN_BUF] = (inp + <Py_ssize_t>c.inp) if c.in_base == B_STAGE else c.inp
         buf[TMP_BUF] = self.scratch(False, tmp_n) if pl.tmp_count else _empty
-        buf[IN_BUF] = inp if inp != NULL else _empty
-        buf[OUT_BUF] = out if out != NULL else _empty
-        name = f"{_NAMES[coll]} ({pl.name})"
-        cdef double t0 = monotonic() if self.ring != NULL else 0
-        cdef int disagreed = 0
+        buf[OUT_BUF] = c.out
+        for i in range(NBUFS):
+            if buf[i] == NULL:
+                buf[i] = _empty
+        t0 = monotonic() if self.ring != NULL else 0
         try:
             if self.pure:
-                bufs = [array_at(buf[ACC_BUF], acc_n), array_at(buf[TMP_BUF], tmp_n),
-                        array_at(buf[IN_BUF], in_n), array_at(buf[OUT_BUF], out_n)]
-                run_python(self.comm, pl.steps, bufs, dtype, op, self.tags[coll], self.timeout, name)
+                bufs = [array_at(buf[ACC_BUF], c.acc_n), array_at(buf[TMP_BUF], tmp_n),
+                        array_at(buf[IN_BUF], c.in_n), array_at(buf[OUT_BUF], c.out_n)]
+                run_python(self.comm, pl.steps, bufs, c.ldtype, c.lop, self.tags[coll], self.timeout,
+                           f"{_NAMES[coll]} ({pl.name})")
             else:
-                disagreed = run_checked(self.comm.ob_mpi, pl.rows, pl.nsteps, buf, dtype, op, self.tags[coll],
+                disagreed = run_checked(self.comm.ob_mpi, pl.rows, pl.nsteps, buf, c.ldtype, c.lop, self.tags[coll],
                                         pl.nreq, _NAMES[coll], self.timeout, pl.name, &self.x if early else NULL,
                                         pl.lead if early else 0, self.ring, coll)
         except ScheduleError as exc:
@@ -356,59 +737,93 @@ cdef class Engine:
             stalled(self, exc, self.started)
             raise
         if self.ring != NULL:
-            put(self.ring, t0, monotonic(), TRANSFER, coll, pl.algo, pl.nbytes, self.elements(coll, pl), -1)
+            put(self.ring, t0, monotonic(), TRANSFER, coll, pl.algo, pl.nbytes, c.elements(), -1)
         return disagreed
 
-    cdef Py_ssize_t elements(self, int coll, _Plan pl):
-        """The call's element count for the timeline: a broadcast's plan counts bytes."""
-        return self.recv.count if coll == BCAST else pl.count
-
-    cdef void done(self, _Plan pl):
+    cdef void done(self, Call c, _Plan pl):
         self.last_algorithm = pl.name
         self.calls += 1
         if self.ring != NULL:
-            put(self.ring, self.t_call, monotonic(), CALL, pl.key[0], pl.algo, pl.nbytes, self.elements(pl.key[0], pl),
-                -1)
+            put(self.ring, self.t_call, monotonic(), CALL, c.coll, pl.algo, pl.nbytes, c.elements(), -1)
         if self.explain:
-            self.say(pl.key[0], f"{pl.nbytes} B -> {pl.name}: {pl.reason}")
+            self.say(c.coll, f"{pl.nbytes} B -> {pl.name}: {pl.reason}")
 
     cdef void say(self, int coll, object text):
         """COLLECTIVES_EXPLAIN's line for one call."""
         print(f"[collectives explain] rank {self.rank}/{self.size} {_NAMES[coll]} {text}",
               file=sys.stderr, flush=True)
 
-    cdef object native(self, int coll, object why, object method, tuple args):
-        """Run mpi4py's ``method(*args)`` on the private communicator, after the agreement
+    cdef object native(self, Call c):
+        """Run mpi4py's own method of ``c`` on the private communicator, after the agreement
         (which names MPI's own call "native")."""
-        log.info("%s: %s; native MPI call", method, why)
+        cdef int coll = c.coll
+        log.info("%s: %s; native MPI call", c.method, c.native)
         self.last_algorithm = "native"
         if self.explain:
-            self.say(coll, f"-> native: {why}; delegated to MPI's {method}")
+            self.say(coll, f"-> native: {c.native}; delegated to MPI's {c.method}")
         if self.check and self.size > 1:
             self.fingerprint(coll, self.native_index[coll], 0)
             self.exchange(_NAMES[coll], "argument check")
             self.judge(_NAMES[coll], (), False)
-        getattr(self.comm, method)(*args)
+        getattr(self.comm, c.method)(*c.args)
         if self.ring != NULL:
             put(self.ring, self.t_call, monotonic(), CALL, coll, self.native_index[coll], 0, 0, -1)
 
 
-cdef class Queued:
-    """A nonblocking call as the job the progress thread runs: the engine's method, which
-    there finds the call's turn has come."""
-    cdef Engine engine
-    cdef object method, args
+cdef bint same_shape(cnp.ndarray a, cnp.ndarray b) except -1:
+    """Whether the arrays have one shape and one dtype."""
+    cdef int i, n = cnp.PyArray_NDIM(a)
+    if n != cnp.PyArray_NDIM(b) or not cnp.PyArray_EquivTypes(a.descr, b.descr):
+        return False
+    for i in range(n):
+        if cnp.PyArray_DIMS(a)[i] != cnp.PyArray_DIMS(b)[i]:
+            return False
+    return True
 
-    def __init__(self, Engine engine, method, tuple args):
-        self.engine, self.method, self.args = engine, method, args
 
-    def __call__(self):
-        """Run the call; the progress thread calls it when the call's turn comes."""
-        self.engine.queue_thread = PyThread_get_thread_ident()
-        try:
-            if self.method == "run":
-                self.engine.started += 1
-                return self.args[0]()
-            return getattr(self.engine, self.method)(*self.args)
-        finally:
-            self.engine.queue_thread = 0
+cdef inline bint is_fortran_only(cnp.ndarray a) noexcept:
+    return cnp.PyArray_IS_F_CONTIGUOUS(a) and not cnp.PyArray_IS_C_CONTIGUOUS(a)
+
+
+cdef object send_for(cnp.ndarray array, cnp.ndarray out):
+    """The send argument of a functional call writing ``out``: MPI.IN_PLACE when ``array`` is
+    ``out``, else ``array`` with ``out``'s memory order (its elements meet ``out``'s in flat
+    memory order), a copy of it when it shares memory with ``out``."""
+    cdef char *a = <char *>cnp.PyArray_DATA(array)
+    cdef char *o = <char *>cnp.PyArray_DATA(out)
+    if array is out:
+        return IN_PLACE
+    if a < o + cnp.PyArray_NBYTES(out) and o < a + cnp.PyArray_NBYTES(array):
+        return np.array(array, order="F" if is_fortran_only(out) else "C")
+    if is_fortran_only(out):
+        return array if cnp.PyArray_IS_F_CONTIGUOUS(array) else np.asfortranarray(array)
+    return np.ascontiguousarray(array) if is_fortran_only(array) else array
+
+
+cdef class Functional:
+    """The functional calls that run in the engine: ``Functional(wrap, wrapped).allreduce``
+    is ``collectives.allreduce``.  ``wrap`` (collectives.comm.wrap) gives an mpi4py
+    intracommunicator's Comm, and ``wrapped`` keeps those by handle.  A method of an extension
+    type rather than a Python function: the call goes from Python to the engine in one step,
+    with the arguments parsed as fast as a Comm method's.
+    """
+    cdef object wrap
+    cdef dict wrapped
+
+    def __init__(self, wrap, dict wrapped):
+        self.wrap, self.wrapped = wrap, wrapped
+
+    def allreduce(self, comm, array, op="sum", algorithm="auto", out=None):
+        """``collectives.allreduce(comm, array, op="sum", algorithm="auto", out=None)``: combine
+        ``array`` of every rank with ``op``; every rank gets the result, in ``out`` when given.
+        ``comm`` is a collectives.Comm or an mpi4py intracommunicator."""
+        if type(comm) is pyMPI.Intracomm:
+            known = self.wrapped.get(comm.handle)
+            engine = None if known is None else known._engine
+            if engine is None or (<Engine>engine).broken is not None:  # none yet, or freed
+                engine = self.wrap(comm)._engine
+        else:
+            engine = getattr(comm, "_engine", None)
+            if engine is None:
+                engine = self.wrap(comm)._engine
+        return (<Engine>engine).allreduce_array(array, op, algorithm, out)

@@ -12,9 +12,9 @@ from mpi4py.libmpi cimport *
 from collectives._csrc cimport ck_reduce, ck_itemsize
 from collectives._requests cimport (TIMED_OUT, element_type, give_up, monotonic, sched_yield,
                                     start_request, stall_error, wait_requests)
-from collectives.exchange import SCHEDULE_TAG
+from collectives.exchange import SETTLE_TAG
 
-cdef int _settle_tag = SCHEDULE_TAG  # the all-reduce's: the schedule that overlaps the exchange
+cdef int _settle_tag = SETTLE_TAG  # the all-reduce's: the schedule that overlaps the exchange
 
 
 cdef int settle(MPI_Comm comm, int tag, MPI_Request *reqs, const char *is_recv, int nreq,

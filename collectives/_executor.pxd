@@ -5,21 +5,9 @@ from mpi4py.libmpi cimport MPI_Comm
 from collectives._exchange cimport Exchange
 from collectives._timeline cimport Ring
 
-# A schedule row's kind, its width and the buffers it names: as in collectives/schedule.py.
+# Room for the buffers a row names (collectives.constants declares them, and the step kinds).
 cdef enum:
-    SENDRECV = 0
-    REDUCE = 1
-    COPY = 2
-    ISEND = 3
-    IRECV = 4
-    WAITALL = 5
-    NONE = -1
-    NCOLS = 9
-    NBUFS = 4
-    ACC_BUF = 0
-    TMP_BUF = 1
-    IN_BUF = 2
-    OUT_BUF = 3
+    MAX_BUFS = 4
 
 
 cdef int run_checked(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, char **buf, int dtype,

@@ -18,6 +18,13 @@ from collectives._csrc cimport ck_reduce, ck_itemsize
 from collectives._exchange cimport settle, x_agrees, x_raise, x_run
 from collectives._requests cimport (NEVER_S, TIMED_OUT, Watch, abandon, element_type, give_up, label,
                                     stall_error, start_request, wait_requests)
+from collectives import constants as K
+
+# The step kinds, a row's width and the buffers, as collectives.constants declares them.
+cdef int SENDRECV = K.SENDRECV, REDUCE = K.REDUCE, COPY = K.COPY, ISEND = K.ISEND, IRECV = K.IRECV
+cdef int NONE = K.NONE, NCOLS = K.NCOLS, NBUFS = K.NBUFS, IN_BUF = K.IN
+if NBUFS > MAX_BUFS:
+    raise ImportError(f"collectives._executor: room for {MAX_BUFS} buffers, {NBUFS} declared")
 
 # dst = op(left, src) runs as copy-then-reduce over blocks this small, so the destination
 # block is still in L1 when it is reduced: one pass over memory, like a 3-operand kernel.
@@ -194,9 +201,9 @@ def execute(MPI.Comm comm, const int64_t[:, ::1] steps, acc, tmp, inp, int dtype
             int tag, Py_ssize_t nreq, collective="schedule", double timeout=0, out=None):
     """Run ``steps`` on ``comm`` over the ACC, TMP, IN and OUT buffers (each may be None);
     ``timeout`` > 0 seconds: StallError when a wait makes no progress for that long."""
-    cdef Py_buffer views[NBUFS]
-    cdef char *buf[NBUFS]
-    cdef bint held[NBUFS]
+    cdef Py_buffer views[MAX_BUFS]
+    cdef char *buf[MAX_BUFS]
+    cdef bint held[MAX_BUFS]
     cdef int i
     if ck_itemsize(dtype) == 0 or steps.shape[1] != NCOLS:
         raise ValueError("execute: bad dtype code or schedule shape")

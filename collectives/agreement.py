@@ -11,7 +11,7 @@ communicator's size.  A field a rank cannot know (a Gatherv count away from the 
 sent as the neutral value, which leaves the others' range unchanged.
 
 How it travels: the checked exchange (``collectives.exchange``).  Every checked collective,
-whatever its collective, algorithm, root or call form (the dispatcher ``_dispatch.Engine``
+whatever its collective, algorithm, root or call form (the engine ``_engine.Engine``
 with the exchange in C or its NumPy twin), starts with the same exchange on the same tag: recursive
 doubling over the ranks in which each message is the sender's folded vector plus an
 optional payload, and each receive folds the incoming vector into the receiver's.  After
@@ -85,21 +85,19 @@ each trade of the exchange is watched like a schedule's step: a rank that never 
 named by the ranks that trade with it, and each other rank names the partner it waits for.
 
 A rank with bad arguments.  Its own ValueError or TypeError is kept; it still takes part in
-the agreement with the error flag set (``_dispatch.Engine.refuse``), so the others learn that
+the agreement with the error flag set (``_engine.Engine.refuse``), so the others learn that
 something was wrong and raise "invalid arguments on another rank" instead of waiting for it
 in the schedule, while it raises its own, detailed error.
 """
 import contextlib
 
+from .constants import AGREED, COMPRESSED, COUNTS
 from .registry import ALGORITHMS, choices
 
-# Collective indices, as in collectives._dispatch, which runs the agreement; then the
-# compressed all-reduce (collectives.compression), whose fields name its compressor, and the
-# exchange in which Reduce_scatter without counts learns every rank's count: neither has an
-# algorithm table, so their algorithm index is always 0.
-COMPRESSED = "compressed allreduce"
-COUNTS = "reduce_scatter counts"
-COLLECTIVE_INDEX = {name: i for i, name in enumerate([*ALGORITHMS, COMPRESSED, COUNTS])}
+# What the agreement compares by index (collectives.constants.AGREED): the collectives, then
+# the compressed all-reduce and Reduce_scatter's count exchange, which have no algorithm table,
+# so their algorithm index is always 0.
+COLLECTIVE_INDEX = {name: i for i, name in enumerate(AGREED)}
 
 
 class Disagreement(ValueError):

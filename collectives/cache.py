@@ -1,24 +1,15 @@
 """Caches bounded by bytes, least recently used entries evicted first.
 
-A schedule is cached per message size, and a job whose sizes vary (sparse payloads, a
-benchmark sweep) would otherwise grow its caches without limit: a 64 MiB all-reduce under
-the segmented ring holds about 0.14 MiB of steps.  Each ``ByteLRU`` holds at most
-``max_bytes`` of entries, by default COLLECTIVES_CACHE_BYTES (32 MiB when unset); an
-entry larger than that is returned but not kept.  ``total_bytes()`` sums every live
-ByteLRU, whoever made it.  Safe to share between threads (the progress thread builds plans
-for nonblocking collectives).
+A plan is cached per call shape, and a job whose sizes vary (sparse payloads, a benchmark
+sweep) would otherwise grow its cache without limit: a 64 MiB all-reduce under the segmented
+ring holds about 0.14 MiB of steps.  Each ``ByteLRU`` holds at most ``max_bytes`` of entries
+(a Comm's: COLLECTIVES_CACHE_BYTES, 32 MiB when unset); an entry larger than that is returned
+but not kept.  ``total_bytes()`` sums every live ByteLRU, whoever made it.  Safe to share
+between threads (the progress thread plans nonblocking collectives).
 """
 import collections
 import threading
 import weakref
-
-from . import config
-
-
-def default_bound():
-    """COLLECTIVES_CACHE_BYTES (32 MiB when unset); ValueError if it is not an integer >= 0."""
-    return config.get("COLLECTIVES_CACHE_BYTES")
-
 
 _caches = weakref.WeakSet()
 
@@ -26,8 +17,8 @@ _caches = weakref.WeakSet()
 class ByteLRU:
     """A mapping that keeps at most ``max_bytes`` of values (each put with its size), LRU first out."""
 
-    def __init__(self, max_bytes=None):
-        self.max_bytes = default_bound() if max_bytes is None else max_bytes
+    def __init__(self, max_bytes):
+        self.max_bytes = max_bytes
         self.nbytes = 0
         self.evictions = 0
         self._entries = collections.OrderedDict()  # key -> (value, nbytes), oldest first

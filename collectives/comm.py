@@ -6,7 +6,7 @@ implemented here is looked up on the wrapped communicator, so an existing mpi4py
 switches over by wrapping its communicator and nothing else.
 
 This module is the method table and holds no logic of a collective: each method hands its
-arguments to the Comm's ``collectives._dispatch.Dispatcher``, which describes the call (the same
+arguments to the Comm's ``collectives._engine.Engine``, which describes the call (the same
 description for every call form: blocking, nonblocking, functional), selects and plans it
 (``collectives.plans``), agrees on it across ranks when ``check`` is on and runs it; a call
 no algorithm covers runs MPI's own collective on the private duplicate, where it keeps its
@@ -18,16 +18,17 @@ collective, step and rank of that failure.
 The Comm finds its nodes when it is made (``collectives.node``): across nodes of several
 ranks, the all-reduce's node-aware algorithms are rows of the same selection.
 """
+import numpy as np
 from mpi4py import MPI
 
-from . import abort, config, eager, node, plans, timeline as timeline_module, transport, watchdog
+from . import abort, config, eager, kernels, node, plans, timeline as timeline_module, transport, watchdog
+from .constants import COLLECTIVES
 from .derived import derived
 from .exchange import FUSED_DEFAULT
-from .executor import NATIVE, TAG
-from .registry import ALGORITHMS, resolve_name
+from .registry import resolve_name
 
 try:
-    from ._dispatch import Dispatcher
+    from ._engine import Engine
 except ImportError as exc:  # pragma: no cover - an install without its extensions
     raise ImportError(f"collectives: the native extensions did not load ({exc}); build them with "
                       "'make build' or 'pip install .' against the MPI that mpi4py loads") from exc
@@ -85,8 +86,8 @@ class Comm(MPI.Intracomm):
         self._env = config.snapshot() if _env is None else _env
         self.algorithms = {}
         for collective, name in (algorithms or {}).items():
-            if collective not in ALGORITHMS:
-                raise ValueError(f"unknown collective {collective!r}; one of {', '.join(ALGORITHMS)}")
+            if collective not in COLLECTIVES:
+                raise ValueError(f"unknown collective {collective!r}; one of {', '.join(COLLECTIVES)}")
             if resolve_name(collective, name) != "auto":
                 self.algorithms[collective] = resolve_name(collective, name)
         check = bool(self._env.check if check is None else check)
@@ -95,7 +96,7 @@ class Comm(MPI.Intracomm):
         self._coll = MPI.Intracomm(self).Dup()  # a plain Intracomm: the Dup of a Comm is a Comm
         # Our errors become Python exceptions whatever handler the program's communicator has.
         self._coll.Set_errhandler(MPI.ERRORS_RETURN)
-        self._scratch = {}  # executor.buffer's reused buffers, by purpose
+        self._scratch = {}  # buffer()'s reused buffers, by purpose
         self._live = True  # until Free
         abort.arm(self._env.abort_on_error)
         recorder = None if timeline is False else timeline_module.recorder(timeline or self._env.timeline,
@@ -104,9 +105,8 @@ class Comm(MPI.Intracomm):
         # How this Comm's schedules cut their messages, alike on every rank (collectives.eager).
         self._eager = eager.agreed(self._coll, self._env) if _eager is None else _eager
         nodes = node.discover(self._coll, self._env.node, self._child) if _nodes is None else _nodes
-        self._engine = Dispatcher(self._coll, self._env, check, self._timeout, self._on_timeout, self.algorithms,
-                                  nodes, plans.make, [TAG[c] for c in ALGORITHMS], not NATIVE, recorder,
-                                  *self._eager)
+        self._engine = Engine(self._coll, self._env, check, self._timeout, self._on_timeout, self.algorithms,
+                              nodes, plans.make, not NATIVE, recorder, *self._eager)
 
     def _adopt(self, made):
         """``made`` (a communicator one of this Comm's constructors returned) as a Comm of its
@@ -228,7 +228,7 @@ class Comm(MPI.Intracomm):
     Create_dist_graph = derived(MPI.Intracomm.Create_dist_graph)
     Create_dist_graph_adjacent = derived(MPI.Intracomm.Create_dist_graph_adjacent)
 
-    # ---- collectives (collectives._dispatch) ----------------------------------------------
+    # ---- collectives (collectives._engine) ------------------------------------------------
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op`` into ``recvbuf`` of every rank."""
@@ -236,7 +236,7 @@ class Comm(MPI.Intracomm):
 
     def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
         """Nonblocking Allreduce; returns a Request."""
-        return self._engine.start("allreduce", (sendbuf, recvbuf, op, algorithm))
+        return self._engine.allreduce(sendbuf, recvbuf, op, algorithm, True)
 
     def Bcast(self, buf, root=0, algorithm=None):
         """Broadcast ``buf`` of rank ``root`` into ``buf`` of every rank."""
@@ -244,7 +244,7 @@ class Comm(MPI.Intracomm):
 
     def Ibcast(self, buf, root=0, algorithm=None):
         """Nonblocking Bcast; returns a Request."""
-        return self._engine.start("bcast", (buf, root, algorithm))
+        return self._engine.bcast(buf, root, algorithm, True)
 
     def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, root=0, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op`` into ``recvbuf`` of rank ``root``."""
@@ -252,7 +252,7 @@ class Comm(MPI.Intracomm):
 
     def Ireduce(self, sendbuf, recvbuf, op=MPI.SUM, root=0, algorithm=None):
         """Nonblocking Reduce; returns a Request."""
-        return self._engine.start("reduce", (sendbuf, recvbuf, op, root, algorithm))
+        return self._engine.reduce(sendbuf, recvbuf, op, root, algorithm, True)
 
     def Allgather(self, sendbuf, recvbuf, algorithm=None):
         """Gather ``sendbuf`` of every rank, in rank order, into ``recvbuf`` of every rank."""
@@ -260,7 +260,7 @@ class Comm(MPI.Intracomm):
 
     def Iallgather(self, sendbuf, recvbuf, algorithm=None):
         """Nonblocking Allgather; returns a Request."""
-        return self._engine.start("allgather", (sendbuf, recvbuf, algorithm))
+        return self._engine.allgather(sendbuf, recvbuf, algorithm, True)
 
     def Allgatherv(self, sendbuf, recvbuf, algorithm=None):
         """Allgather with per-rank counts: ``recvbuf`` is [buf, (counts, displs), datatype]."""
@@ -268,39 +268,55 @@ class Comm(MPI.Intracomm):
 
     def Iallgatherv(self, sendbuf, recvbuf, algorithm=None):
         """Nonblocking Allgatherv; returns a Request."""
-        return self._engine.start("allgatherv", (sendbuf, recvbuf, algorithm))
+        return self._engine.allgatherv(sendbuf, recvbuf, algorithm, True)
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op``; rank i receives block i."""
-        self._engine.reduce_scatter(sendbuf, recvbuf, None, op, algorithm, "Reduce_scatter_block")
+        self._engine.reduce_scatter(sendbuf, recvbuf, None, op, algorithm, True)
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM, algorithm=None):
         """Combine ``sendbuf`` of every rank with ``op``; rank i receives ``recvcounts[i]`` elements."""
-        self._engine.reduce_scatter(sendbuf, recvbuf, recvcounts, op, algorithm, "Reduce_scatter")
+        self._engine.reduce_scatter(sendbuf, recvbuf, recvcounts, op, algorithm, False)
 
     def Ireduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
         """Nonblocking Reduce_scatter_block; returns a Request."""
-        return self._engine.start("reduce_scatter", (sendbuf, recvbuf, None, op, algorithm, "Reduce_scatter_block"))
+        return self._engine.reduce_scatter(sendbuf, recvbuf, None, op, algorithm, True, True)
 
     def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM, algorithm=None):
         """Nonblocking Reduce_scatter; returns a Request."""
-        return self._engine.start("reduce_scatter", (sendbuf, recvbuf, recvcounts, op, algorithm, "Reduce_scatter"))
+        return self._engine.reduce_scatter(sendbuf, recvbuf, recvcounts, op, algorithm, False, True)
 
     def Gather(self, sendbuf, recvbuf, root=0, algorithm=None):
         """Gather ``sendbuf`` of every rank, in rank order, into ``recvbuf`` of rank ``root``."""
-        self._engine.gather(sendbuf, recvbuf, root, algorithm)
+        self._engine.rooted("Gather", sendbuf, recvbuf, root, algorithm)
+
+    def Igather(self, sendbuf, recvbuf, root=0, algorithm=None):
+        """Nonblocking Gather; returns a Request."""
+        return self._engine.rooted("Gather", sendbuf, recvbuf, root, algorithm, True)
 
     def Gatherv(self, sendbuf, recvbuf, root=0, algorithm=None):
         """Gather with per-rank counts given at the root: [buf, (counts, displs), datatype]."""
-        self._engine.gatherv(sendbuf, recvbuf, root, algorithm)
+        self._engine.rooted("Gatherv", sendbuf, recvbuf, root, algorithm)
+
+    def Igatherv(self, sendbuf, recvbuf, root=0, algorithm=None):
+        """Nonblocking Gatherv; returns a Request."""
+        return self._engine.rooted("Gatherv", sendbuf, recvbuf, root, algorithm, True)
 
     def Scatter(self, sendbuf, recvbuf, root=0, algorithm=None):
         """Scatter block i of ``sendbuf`` at rank ``root`` to ``recvbuf`` of rank i."""
-        self._engine.scatter(sendbuf, recvbuf, root, algorithm)
+        self._engine.rooted("Scatter", sendbuf, recvbuf, root, algorithm)
+
+    def Iscatter(self, sendbuf, recvbuf, root=0, algorithm=None):
+        """Nonblocking Scatter; returns a Request."""
+        return self._engine.rooted("Scatter", sendbuf, recvbuf, root, algorithm, True)
 
     def Scatterv(self, sendbuf, recvbuf, root=0, algorithm=None):
         """Scatter with per-rank counts given at the root: [buf, (counts, displs), datatype]."""
-        self._engine.scatterv(sendbuf, recvbuf, root, algorithm)
+        self._engine.rooted("Scatterv", sendbuf, recvbuf, root, algorithm)
+
+    def Iscatterv(self, sendbuf, recvbuf, root=0, algorithm=None):
+        """Nonblocking Scatterv; returns a Request."""
+        return self._engine.rooted("Scatterv", sendbuf, recvbuf, root, algorithm, True)
 
     def Barrier(self, algorithm=None):
         """Block until every rank has entered the barrier."""
@@ -308,7 +324,7 @@ class Comm(MPI.Intracomm):
 
     def Ibarrier(self, algorithm=None):
         """Nonblocking Barrier; returns a Request."""
-        return self._engine.start("barrier", (algorithm,))
+        return self._engine.barrier(algorithm, True)
 
     # ---- point-to-point on the private communicator (collectives.transport) ---------------
 
@@ -357,6 +373,26 @@ class Distgraphcomm(Comm, MPI.Distgraphcomm):
 _KIND = {MPI.Cartcomm: Cartcomm, MPI.Graphcomm: Graphcomm, MPI.Distgraphcomm: Distgraphcomm}
 
 
+# Whether the native executor and kernels run (else their NumPy twins: COLLECTIVES_PUREPYTHON=1).
+NATIVE = not kernels.PUREPYTHON
+
+
+def run(comm, job):
+    """Run ``job()`` on the collectives.Comm ``comm`` now, or after the nonblocking collectives
+    still pending on it; ``job``'s result.  For collectives built on a Comm's own (the
+    compressed all-reduce): they keep their place among the Comm's collectives."""
+    return comm._engine.run(job)
+
+
+def buffer(comm, purpose, nbytes):
+    """A reused, pre-touched scratch buffer of at least ``nbytes`` of the Comm ``comm`` for ``purpose``."""
+    buf = comm._scratch.get(purpose)
+    if buf is None or buf.nbytes < nbytes:
+        buf = np.zeros(max(nbytes, 64), np.uint8)
+        comm._scratch[purpose] = buf
+    return buf[:nbytes]
+
+
 _WRAPPER = None  # MPI attribute key under which a communicator keeps its Comm
 _WRAPPED = {}  # the same Comms by their communicator's handle, found without an MPI call
 
@@ -392,4 +428,4 @@ def wrap(comm):
     return wrapper
 
 
-__all__ = ["Cartcomm", "Comm", "Distgraphcomm", "Graphcomm", "NATIVE", "wrap"]
+__all__ = ["Cartcomm", "Comm", "Distgraphcomm", "Graphcomm", "NATIVE", "buffer", "run", "wrap"]

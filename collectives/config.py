@@ -10,16 +10,13 @@ Each variable has a name, a type, a default, the moment it is read and one line 
 * ``run``: when a command (``python -m collectives ...``) or a training run starts.
 
 A value that does not parse raises ValueError naming the variable, where it is read.  This
-module imports nothing of the package, so every other module may import it.
+module imports only collectives.constants, so every other module may import it.
 """
 import math
 import os
 from typing import Callable, NamedTuple
 
-# The collectives with an algorithm table, in the order of collectives.registry.ALGORITHMS
-# (their indices are the fingerprint's collective field).
-COLLECTIVES = ("allreduce", "bcast", "reduce", "allgather", "reduce_scatter", "gather", "scatter",
-               "barrier")
+from .constants import COLLECTIVES
 
 
 class Variable(NamedTuple):
@@ -138,9 +135,8 @@ VARIABLES = (
              "Cap the hand-written SIMD paths of the C kernels (read by csrc/cpu.h at the first "
              "kernel call), to test the paths other CPUs take; unset: every path this CPU has.",
              _choice("none", "avx2")),
-    Variable("COLLECTIVES_CACHE_BYTES", "bytes", 32 << 20, "process",
-             "The most bytes each cache of schedules holds; the least recently used plans go "
-             "first.", _count),
+    Variable("COLLECTIVES_CACHE_BYTES", "bytes", 32 << 20, "communicator",
+             "The most bytes of plans a Comm keeps; the least recently used go first.", _count),
     Variable("COLLECTIVES_MAX_SCRATCH", "elements", 1 << 28, "process",
              "The scratch the naive all-to-all all-reduce may use, (p - 1) x count elements; "
              "above it auto and a forced choice take another algorithm.", _count),
@@ -195,6 +191,7 @@ class Settings(NamedTuple):
     node: str
     eager: object
     split: object
+    cache_bytes: int
 
 
 def snapshot(environ=None):
@@ -211,6 +208,7 @@ def snapshot(environ=None):
         node=get("COLLECTIVES_NODE", environ),
         eager=get("COLLECTIVES_EAGER_BYTES", environ),
         split=get("COLLECTIVES_SPLIT_BYTES", environ),
+        cache_bytes=get("COLLECTIVES_CACHE_BYTES", environ),
     )
 
 

@@ -1,6 +1,6 @@
 """The checked exchange, and the fused collectives that are nothing but it.
 
-Every checked collective starts with one exchange on ``TAG`` of the Comm's private
+Every checked collective starts with one exchange on ``TAG_EXCHANGE`` of the Comm's private
 communicator (``collectives.agreement`` says what it compares and why that suffices).  A
 message is a header of int64 words, the fingerprint vector folded so far (MAX and -MIN of
 each field) and one word giving the payload's length, followed by that many payload bytes.
@@ -52,6 +52,8 @@ import math
 import numpy as np
 from mpi4py import MPI
 
+from .constants import TAG_EXCHANGE, TAGS
+
 # Payload kinds: what a message carries after its header and how a receiver combines it.
 HEADER, REDUCE, BCAST, GATHER = range(4)
 # The room for payload in every message of the exchange (bytes), so the most a fused collective
@@ -59,11 +61,9 @@ HEADER, REDUCE, BCAST, GATHER = range(4)
 # it all, in eager pieces; elsewhere FUSED_DEFAULT, small enough that a message stays eager).
 FUSED_BYTES = 16384
 FUSED_DEFAULT = 4096
-# The exchange's tag on the private communicator.
-TAG = 99
-# The schedules' tags are SCHEDULE_TAG + the collective's index (executor.TAG): the all-reduce's
-# (index 0) is the one whose first step may overlap the exchange, so the one ``settle`` drains.
-SCHEDULE_TAG = 100
+# The all-reduce's schedules are the ones whose first step may overlap the exchange: ``settle``
+# drains their tag.
+SETTLE_TAG = TAGS["allreduce"]
 
 
 def partners(rank, p):
@@ -136,7 +136,7 @@ def exchange(comm, vec, kind=HEADER, data=None, block=0, dtype=0, op=0, has=True
         requests, peers, statuses = [], [], []
         if to is not None:
             for at, n in cuts(0, 8 * nh + head[-1]):
-                requests.append(comm.Isend(mine[at:at + n], to, TAG))
+                requests.append(comm.Isend(mine[at:at + n], to, TAG_EXCHANGE))
                 peers.append((to, "send"))
                 statuses.append(MPI.Status())
             if send_first:
@@ -145,7 +145,7 @@ def exchange(comm, vec, kind=HEADER, data=None, block=0, dtype=0, op=0, has=True
         if source is None:
             wait(requests, peers, statuses)
             return None
-        requests.append(comm.Irecv(theirs[:piece if piece > 0 else cap], source, TAG))
+        requests.append(comm.Irecv(theirs[:piece if piece > 0 else cap], source, TAG_EXCHANGE))
         peers.append((source, "receive"))
         statuses.append(MPI.Status())
         wait(requests, peers, statuses)
@@ -157,7 +157,7 @@ def exchange(comm, vec, kind=HEADER, data=None, block=0, dtype=0, op=0, has=True
             total = total if 8 * nh <= total <= cap else cap
             requests, peers, statuses = [], [], []
             for at, n in cuts(got, total):
-                requests.append(comm.Irecv(theirs[at:at + n], source, TAG))
+                requests.append(comm.Irecv(theirs[at:at + n], source, TAG_EXCHANGE))
                 peers.append((source, "receive"))
                 statuses.append(MPI.Status())
             wait(requests, peers, statuses)
@@ -222,7 +222,7 @@ def settle(comm, limit, what, rank):
     barrier = comm.Ibarrier()
     status = MPI.Status()
     while phase < 2:
-        message = comm.Improbe(MPI.ANY_SOURCE, SCHEDULE_TAG, status) if phase == 0 else None
+        message = comm.Improbe(MPI.ANY_SOURCE, SETTLE_TAG, status) if phase == 0 else None
         if message is not None:
             message.Recv(np.empty(status.Get_count(MPI.BYTE), np.uint8))
             since = MPI.Wtime()

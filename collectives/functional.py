@@ -16,7 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .agreement import joined
-from ._dispatch import Functional
+from ._engine import Functional
 from .comm import _WRAPPED, wrap
 from .schedule import blocks
 

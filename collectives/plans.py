@@ -1,18 +1,21 @@
-"""Select and plan: a call's shape -> the algorithm that runs and its schedule, for the dispatcher.
+"""Select and plan: a call's shape -> the algorithm that runs and its schedule, for the engine.
 
-``make`` is what ``collectives._dispatch.Engine`` calls on a plan cache miss: it asks the
+``make`` is what ``collectives._engine.Engine`` calls on a miss of its plan cache: it asks the
 registry for the algorithm (per call, per Comm, the Comm's snapshot of
 COLLECTIVES_<COLLECTIVE>, else ``auto``; node-aware rows when the Comm spans nodes of several
-ranks), builds the schedule (``registry.plan``, cached per rank and shape) and fits it to the
-call: ``leading`` lets an all-reduce start its first step before the argument check's
-exchange, ``late_copy`` moves an all-gather's copy of its own block as late as it can go.
-``explain`` says why a call would run what it would.
+ranks), builds the algorithm's schedule (``registry.schedule``) and fits it to the call:
+``late_copy`` moves an all-gather's copy of its own block as late as it can go,
+``split_messages`` cuts messages into MPI's eager pieces, and ``leading`` lets an all-reduce
+start its first step before the argument check's exchange.  The result is a ``Plan``, which
+the engine keeps.  ``explain`` says why a call would run what it would.
 """
+from typing import NamedTuple
+
 import numpy as np
 from mpi4py import MPI
 
-from .ops import DTYPES, OP_NAMES, supports
-from .registry import ALGORITHMS, choices, decide_for, plan
+from .ops import DTYPES
+from .registry import ALGORITHMS, choices, decide_for, schedule
 from .schedule import ACC, COPY, IN, IRECV, ISEND, NONE, OUT, REDUCE, SENDRECV, TMP, WAITALL, blocks
 
 _NO_STEPS = np.empty((0, 9), np.int64)  # a fused collective's: the checked exchange is all of it
@@ -57,21 +60,33 @@ def plan_args(algo, args, apart):
     return (*args, apart) if algo.apart else args
 
 
-def make(engine, collective, algorithm, count, nbytes, uniform, args, op=None, dtype=None, apart=False):
-    """What the dispatcher caches for one call shape: (steps, tmp_count, nreq, reads_in, name,
-    index of the algorithm, payload kind of a fused one or -1, leading rows that may start
-    before the checked exchange, the Algorithm when it is node-aware else None, the reason it
-    was chosen).  ``op`` and ``dtype`` codes of a reduction are checked; ``apart``: the input
+class Plan(NamedTuple):
+    """What the engine caches for one call shape."""
+
+    steps: object        # the schedule's rows (collectives.schedule), empty for a fused or node-aware plan
+    tmp_count: int       # the scratch it needs, in elements
+    nreq: int            # the most requests its rows hold pending
+    reads_in: bool       # it reads the caller's input itself (no copy into ACC first)
+    name: str            # the algorithm
+    index: int           # the algorithm's index in registry.choices (the agreement compares it)
+    fused: int           # the exchange's payload kind of a fused form, else -1
+    lead: int            # the leading rows that may start before the checked exchange (``leading``)
+    node_aware: object   # the Algorithm when it runs node-aware phases, else None
+    reason: str          # why it was chosen (COLLECTIVES_EXPLAIN, Comm.explain)
+
+
+def make(engine, collective, algorithm, count, nbytes, uniform, args, op=None, dtype=-1, apart=False):
+    """The Plan of one call shape on ``engine``: ``algorithm`` asked for, ``count`` elements of
+    ``nbytes``, ``uniform`` (equal counts on every rank), the schedule builder's ``args``, the
+    reduction's ``op`` and ``dtype`` codes (None and -1 for the others); ``apart``: the input
     and output do not overlap."""
-    if op is not None and not supports(OP_NAMES[op], DTYPES[dtype]):
-        raise TypeError(f"{collective}: op {OP_NAMES[op]} is not defined on {np.dtype(DTYPES[dtype])}")
     algo, reason = select(engine, collective, algorithm, count, nbytes, uniform)
     index = choices(collective).index(algo.name)
     if algo.fused is not None:
-        return (_NO_STEPS, 0, 0, False, algo.name, index, algo.fused, 0, None, reason)
+        return Plan(_NO_STEPS, 0, 0, False, algo.name, index, algo.fused, 0, None, reason)
     if algo.node_aware:
-        return (_NO_STEPS, 0, 0, False, algo.name, index, -1, 0, algo, reason)
-    steps, tmp_count, nreq = plan(algo.name, engine.rank, engine.size, *plan_args(algo, args, apart))
+        return Plan(_NO_STEPS, 0, 0, False, algo.name, index, -1, 0, algo, reason)
+    steps, tmp_count, nreq = schedule(algo.name, engine.rank, engine.size, *plan_args(algo, args, apart))
     lead, copied = 0, False
     if collective == "allgather" and len(args[0]) > 1:
         blocks = args[0]
@@ -88,7 +103,7 @@ def make(engine, collective, algorithm, count, nbytes, uniform, args, op=None, d
     if overlaps:
         steps, lead, copied = leading(steps, apart, 0 if algo.reads_in or not apart else count,
                                       EARLY_RECEIVES)
-    return (steps, tmp_count, nreq, algo.reads_in or copied, algo.name, index, -1, lead, None, reason)
+    return Plan(steps, tmp_count, nreq, algo.reads_in or copied, algo.name, index, -1, lead, None, reason)
 
 
 def split_messages(steps, itemsize, eager, most):
@@ -226,5 +241,5 @@ def leading(steps, apart, copy, receives=True):
     return steps, lead, bool(copy)
 
 
-__all__ = ["EARLY_RECEIVES", "LATE_COPY_BYTES", "explain", "late_copy", "leading", "make", "plan_args", "select",
-           "split_messages"]
+__all__ = ["EARLY_RECEIVES", "LATE_COPY_BYTES", "Plan", "explain", "late_copy", "leading", "make", "plan_args",
+           "select", "split_messages"]

@@ -22,7 +22,6 @@ import importlib
 import logging
 
 from . import config, tuning
-from .cache import ByteLRU
 from .exchange import BCAST, FUSED_BYTES, GATHER, HEADER, REDUCE
 
 log = logging.getLogger("collectives")
@@ -316,32 +315,18 @@ def select(collective, requested, size, count, nbytes, uniform=True, checked=Fal
     return decide(collective, requested, size, count, nbytes, uniform, checked=checked)[0]
 
 
-# Bytes an entry holds besides its steps: two array headers (the steps are a reshaped view),
-# the result and key tuples with their integers, and the cache's own node (tracemalloc: ~0.6 KiB).
+# Bytes a cached plan holds besides its steps: two array headers (the steps are a reshaped
+# view), the plan object with its integers, and the cache's own node (tracemalloc: ~0.6 KiB).
 PLAN_OVERHEAD = 640
-_PLANS = ByteLRU()
 
 
-def clear_plans():
-    """Drop every cached schedule, so the next calls rebuild them (after changing the message
-    split limit ``schedule.MAX_COUNT``, say)."""
-    _PLANS.clear()
-
-
-def plan(name, rank, size, *args):
-    """The schedule of algorithm ``name`` for one rank: (steps, tmp_count, nreq).
-
-    Cached in a ByteLRU (collectives.cache): at most COLLECTIVES_CACHE_BYTES of plans, the
-    least recently used rebuilt when needed again.
-    """
-    key = (name, rank, size, *args)
-    hit = _PLANS.get(key)
-    if hit is not None:
-        return hit
+def schedule(name, rank, size, *args):
+    """The schedule of algorithm ``name`` for one rank of ``size``: (steps, tmp_count, nreq),
+    built by the algorithm's module from ``args``; the engine that asks keeps its plans."""
     from .schedule import Schedule
 
     sched = Schedule(rank, size)
     _BY_NAME[name].build(sched, *args)
     steps = sched.finish()
     steps.setflags(write=False)
-    return _PLANS.put(key, (steps, sched.tmp_count, sched.nreq), steps.nbytes + PLAN_OVERHEAD)
+    return steps, sched.tmp_count, sched.nreq

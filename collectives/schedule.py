@@ -25,21 +25,17 @@ is: no piece waits for a third rank, so the split adds no dependency that could 
 import numpy as np
 
 from . import config
+from .constants import ACC, COPY, IN, IRECV, ISEND, NCOLS, NONE, OUT, REDUCE, SENDRECV, TMP, WAITALL
 
-ACC, TMP, IN, OUT = 0, 1, 2, 3
-
-# Step kinds; each row is [kind, buf_a, off_a, cnt_a, peer_a, buf_b, off_b, cnt_b, peer_b].
-# A REDUCE row is [REDUCE, dst buf, dst off, cnt, left buf, src buf, src off, cnt, left off]:
-# dst = op(left, src) in one pass, so an algorithm can read the caller's input where it first
-# touches a block instead of copying it into ACC up front, and write a result where it is
-# wanted (OUT) instead of copying it there after.
-SENDRECV, REDUCE, COPY, ISEND, IRECV, WAITALL = range(6)
-NONE = -1  # no peer (MPI_PROC_NULL) or no buffer
-NCOLS = 9
+# The step kinds and buffers are collectives.constants'; each row is [kind, buf_a, off_a, cnt_a,
+# peer_a, buf_b, off_b, cnt_b, peer_b].  A REDUCE row is [REDUCE, dst buf, dst off, cnt, left
+# buf, src buf, src off, cnt, left off]: dst = op(left, src) in one pass, so an algorithm can
+# read the caller's input where it first touches a block instead of copying it into ACC up
+# front, and write a result where it is wanted (OUT) instead of copying it there after.
 INT_MAX = 2**31 - 1
 
 # The largest count of one send or receive row.  COLLECTIVES_MAX_COUNT lowers it so tests
-# reach the split rows with small messages; registry.plan caches schedules built under it.
+# reach the split rows with small messages; a Comm plans its calls under the value it finds.
 MAX_COUNT = config.get("COLLECTIVES_MAX_COUNT")
 
 

@@ -30,6 +30,7 @@ import time
 from . import abort
 from ._timeline import KINDS, Recorder, read
 from .agreement import COLLECTIVE_INDEX
+from .constants import TAG_ALIGN
 from .registry import ALGORITHMS, choices
 
 # Records each rank keeps: the latest ones (64 bytes each).
@@ -38,7 +39,6 @@ RECORDS = 1 << 18
 PHASES = ("gradient", "communication", "update", "evaluation", "checkpoint", "wait")
 # Seconds rank 0 waits at the end of a job for the other ranks' files before merging them.
 MERGE_WAIT_S = 10.0
-ALIGN_TAG = 61  # the clock alignment's messages, on a Comm's private communicator
 ROUNDS = 8
 
 _recorder = None
@@ -71,14 +71,14 @@ def align(coll):
         epoch = now()
         for r in range(1, size):
             for _ in range(ROUNDS):
-                coll.recv(source=r, tag=ALIGN_TAG)
-                coll.send(now(), dest=r, tag=ALIGN_TAG)
+                coll.recv(source=r, tag=TAG_ALIGN)
+                coll.send(now(), dest=r, tag=TAG_ALIGN)
     else:
         best = float("inf")
         for _ in range(ROUNDS):
             t0 = now()
-            coll.send(None, dest=0, tag=ALIGN_TAG)
-            root = coll.recv(source=0, tag=ALIGN_TAG)
+            coll.send(None, dest=0, tag=TAG_ALIGN)
+            root = coll.recv(source=0, tag=TAG_ALIGN)
             t1 = now()
             if t1 - t0 < best:
                 best, offset = t1 - t0, root - (t0 + t1) / 2

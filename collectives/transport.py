@@ -23,11 +23,12 @@ import numpy as np
 from mpi4py import MPI
 
 from ._buffers import flat
+from .constants import TAG_PULL, TAG_PUSH, TAG_REPLY
 from .schedule import INT_MAX
 from .watchdog import StallError, stalled, watched
 
-# Reserved on the private communicator; the collectives use executor.TAG (100 and up).
-TAG = {"push": 50, "pull": 51, "reply": 52}
+# Their tags on the private communicator (collectives.constants declares every tag).
+TAG = {"push": TAG_PUSH, "pull": TAG_PULL, "reply": TAG_REPLY}
 
 # A mismatched pull is answered with a reply of the wrong length: empty, or one byte when
 # the puller asked for zero bytes (its receive then has room for exactly one byte).

@@ -160,23 +160,23 @@ def test_late_copy_moves_the_own_block_copy_as_late_as_the_rows_allow():
     doubling's second step sends it with the partner's) or last (ring: only the first step
     sends it); a rank whose rows receive into its block keeps the schedule as it is."""
     from collectives.plans import late_copy
-    from collectives.registry import plan
+    from collectives.registry import schedule
     from collectives.schedule import ACC, COPY, IN, NONE, SENDRECV
 
     counts = (2, 3, 4, 5)
-    ring, _, _ = plan("allgather_ring", 1, 4, counts)
+    ring, _, _ = schedule("allgather_ring", 1, 4, counts)
     assert list(ring[0]) == [SENDRECV, ACC, 2, 3, 2, ACC, 0, 2, 0]
     out, copied = late_copy(ring, 2, 3)
     assert copied
     assert [list(r) for r in out] == ([[SENDRECV, IN, 0, 3, 2, ACC, 0, 2, 0]] + [list(r) for r in ring[1:]]
                                       + [[COPY, ACC, 2, 3, NONE, IN, 0, 0, NONE]])
-    rd, _, _ = plan("allgather_recursive_doubling", 1, 4, counts)
+    rd, _, _ = schedule("allgather_recursive_doubling", 1, 4, counts)
     assert list(rd[1][1:4]) == [ACC, 0, 5]  # the second step sends blocks 0 and 1
     out, copied = late_copy(rd, 2, 3)
     assert copied
     assert [list(r) for r in out] == [[SENDRECV, IN, 0, 3, *rd[0][4:]], [COPY, ACC, 2, 3, NONE, IN, 0, 0, NONE],
                                       *[list(r) for r in rd[1:]]]
-    folded, _, _ = plan("allgather_recursive_doubling", 0, 3, (10, 10, 10))  # receives the whole result
+    folded, _, _ = schedule("allgather_recursive_doubling", 0, 3, (10, 10, 10))  # receives the whole result
     for steps, offset, count in ((ring, 0, 2), (ring, 2, 2), (ring, 2, 0), (folded, 0, 10)):
         same, copied = late_copy(steps, offset, count)
         assert not copied and np.array_equal(same, steps)

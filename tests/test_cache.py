@@ -1,4 +1,4 @@
-"""Byte-bounded caches (collectives.cache) and the schedule cache built on one (registry.plan)."""
+"""Byte-bounded caches (collectives.cache) and a Comm's plan cache built on one."""
 import gc
 import tracemalloc
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
+import collectives
 from collectives import cache, registry
 from collectives.cache import ByteLRU
-from collectives.schedule import Schedule
 
 
 @pytest.mark.serial
@@ -30,6 +30,7 @@ def test_least_recently_used_goes_first():
 
 @pytest.mark.serial
 def test_total_bytes_sums_every_cache():
+    gc.collect()  # caches of Comms already freed go now, not between the sums below
     before = cache.total_bytes()
     a, b = ByteLRU(1000), ByteLRU(1000)
     a.put(1, None, 100)
@@ -42,31 +43,35 @@ def test_total_bytes_sums_every_cache():
 
 @pytest.mark.serial
 def test_bound_from_the_environment(monkeypatch):
+    """A Comm's plans are held to COLLECTIVES_CACHE_BYTES, read when it is made."""
     monkeypatch.setenv("COLLECTIVES_CACHE_BYTES", "4096")
-    assert ByteLRU().max_bytes == 4096
+    with collectives.Comm(MPI.COMM_SELF) as c:
+        assert c._engine.plans.max_bytes == 4096
     monkeypatch.delenv("COLLECTIVES_CACHE_BYTES")
-    assert ByteLRU().max_bytes == 32 << 20
+    with collectives.Comm(MPI.COMM_SELF) as c:
+        assert c._engine.plans.max_bytes == 32 << 20
     for bad in ("lots", "-1", "1.5"):
         monkeypatch.setenv("COLLECTIVES_CACHE_BYTES", bad)
         with pytest.raises(ValueError, match="COLLECTIVES_CACHE_BYTES"):
-            ByteLRU()
+            collectives.Comm(MPI.COMM_SELF)
 
 
 @pytest.mark.serial
-def test_thousand_sizes_stay_under_the_bound(monkeypatch):
+def test_thousand_sizes_stay_under_the_bound():
     """1,000 distinct sizes under the segmented ring (about 9 KiB of steps each at 1 Mi elements,
-    9 MiB unbounded; 64 MiB messages hold 0.14 MiB, scaled down here to keep the test short):
-    the schedule cache keeps under its bound, and the memory tracemalloc sees it hold agrees
-    with its accounting."""
+    9 MiB unbounded; 64 MiB messages hold 0.14 MiB, scaled down here to keep the test short),
+    kept as the engine keeps a plan (its steps and registry.PLAN_OVERHEAD): the cache keeps
+    under its bound, and the memory tracemalloc sees it hold agrees with its accounting."""
     plans = ByteLRU(2 << 20)
-    monkeypatch.setattr(registry, "_PLANS", plans)
     gc.collect()
     tracemalloc.start()
     try:
         base = tracemalloc.get_traced_memory()[0]
         largest = 0
         for i in range(1000):
-            steps = registry.plan("allreduce_ring_segmented", 0, 4, (1 << 20) + 97 * i)[0]
+            n = (1 << 20) + 97 * i
+            steps = registry.schedule("allreduce_ring_segmented", 0, 4, n)[0]
+            plans.put(("allreduce_ring_segmented", n), steps, steps.nbytes + registry.PLAN_OVERHEAD)
             largest = max(largest, steps.nbytes)
             assert plans.nbytes <= plans.max_bytes
         gc.collect()
@@ -79,23 +84,16 @@ def test_thousand_sizes_stay_under_the_bound(monkeypatch):
     assert cache.total_bytes() >= plans.nbytes
 
 
-def test_evicted_plan_is_rebuilt(comm, monkeypatch):
-    """A plan pushed out by others is built again, equal to a fresh build, and the all-reduce
-    it runs still matches native MPI."""
-    plans = ByteLRU(64 << 10)
-    monkeypatch.setattr(registry, "_PLANS", plans)
+def test_evicted_plan_is_rebuilt(mpi_comm, monkeypatch):
+    """A plan pushed out by others is made again, and the all-reduce it runs still matches
+    native MPI."""
+    monkeypatch.setenv("COLLECTIVES_CACHE_BYTES", str(64 << 10))
     name, n = "allreduce_ring", 5000
-    first = registry.plan(name, comm.rank, comm.size, n)[0]
-    for other in range(1, 400):
-        registry.plan(name, comm.rank, comm.size, n + other)
-    assert (name, comm.rank, comm.size, n) not in plans
-    again = registry.plan(name, comm.rank, comm.size, n)[0]
-    fresh = Schedule(comm.rank, comm.size)
-    registry._BY_NAME[name].build(fresh, n)
-    np.testing.assert_array_equal(again, fresh.finish())
-    np.testing.assert_array_equal(again, first)
-    x = np.random.default_rng(comm.rank).standard_normal(n)
-    mine, native = np.empty_like(x), np.empty_like(x)
-    comm.Allreduce(x, mine, algorithm=name)
-    comm.comm.Allreduce(x, native, op=MPI.SUM)
-    np.testing.assert_allclose(mine, native, rtol=1e-12, atol=1e-12)
+    x = np.random.default_rng(mpi_comm.rank).standard_normal(n + 400)
+    with collectives.Comm(mpi_comm) as comm:
+        for m in [n, *range(n + 1, n + 400), n]:
+            mine, native = np.empty(m), np.empty(m)
+            comm.Allreduce(x[:m], mine, algorithm=name)
+            mpi_comm.Allreduce(x[:m], native, op=MPI.SUM)
+            np.testing.assert_allclose(mine, native, rtol=1e-12, atol=1e-12)
+        assert comm._engine.plans.evictions > 0 or comm.size == 1

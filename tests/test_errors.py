@@ -173,13 +173,13 @@ def ran(monkeypatch):
     from collectives import plans
 
     names = []
-    plan = plans.plan
+    plan = plans.schedule
 
     def recording(name, *args):
         names.append(name)
         return plan(name, *args)
 
-    monkeypatch.setattr(plans, "plan", recording)
+    monkeypatch.setattr(plans, "schedule", recording)
     return names
 
 

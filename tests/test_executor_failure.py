@@ -11,11 +11,11 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from collectives import executor, plans, transport
+from collectives import comm as comm_module, plans, transport
 from collectives.ops import dtype_code
 from collectives.schedule import ACC, Schedule
 
-pytestmark = pytest.mark.skipif(not executor.NATIVE, reason="the native executor's behaviour")
+pytestmark = pytest.mark.skipif(not comm_module.NATIVE, reason="the native executor's behaviour")
 
 ScheduleError = pytest.importorskip("collectives._executor").ScheduleError
 TAG = 7
@@ -92,7 +92,7 @@ def test_truncating_receive_raises(raw):
 
 @pytest.mark.parametrize("form", ["contiguous", "strided"])
 def test_comm_is_unusable_after_a_failure(mpi_comm, check, monkeypatch, form):
-    monkeypatch.setattr(plans, "plan", lambda name, rank, size, *args: (
+    monkeypatch.setattr(plans, "schedule", lambda name, rank, size, *args: (
         lambda s: (s.finish(), s.tmp_count, s.nreq))(bad_peer_schedule(rank, size)))
     c = collectives.Comm(mpi_comm, check=check)
     x = np.ones(8, np.int64)

@@ -117,8 +117,8 @@ def test_node_allreduce_makes_the_phases_it_describes(monkeypatch, algorithm, sp
         made = real_plan(name, rank, size, *args)
         planned.append((name, made[0]))
         return made
-    real_plan = plans.plan
-    monkeypatch.setattr(plans, "plan", plan)
+    real_plan = plans.schedule
+    monkeypatch.setattr(plans, "schedule", plan)
     itemsize = np.dtype(dtype).itemsize
     for n in (1, 2, 5, 10, 1001, 70001):
         # A new Comm each time: a Comm plans a call shape once; check off, as the model has it

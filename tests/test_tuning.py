@@ -7,7 +7,7 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from collectives import comm as comm_module, executor, registry, tuning
+from collectives import comm as comm_module, registry, tuning
 from collectives.exchange import FUSED_BYTES
 from bench import tune
 

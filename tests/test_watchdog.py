@@ -13,7 +13,8 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from collectives import comm as comm_module, executor, plans, watchdog
+from collectives import comm as comm_module, plans, watchdog
+from collectives.comm import NATIVE
 from collectives.exchange import FUSED_BYTES
 from collectives.ops import dtype_code
 from collectives.schedule import ACC, Schedule, run_python
@@ -69,7 +70,7 @@ def test_a_stalled_step_names_the_peer(mpi_comm, blocking, executor_kind):
     s = unanswered(r, p, blocking)
     acc = np.full(4, -1, np.int64)
     if executor_kind == "native":
-        if not executor.NATIVE:
+        if not comm_module.NATIVE:
             pytest.skip("the native executor is not in use")
         from collectives._executor import execute
 
@@ -98,7 +99,7 @@ def test_a_stalled_step_names_the_peer(mpi_comm, blocking, executor_kind):
 
 @pytest.mark.parametrize("form", ["contiguous", "strided"])
 def test_comm_is_unusable_after_a_stall(mpi_comm, check, monkeypatch, form):
-    monkeypatch.setattr(plans, "plan", lambda name, rank, size, *args: (
+    monkeypatch.setattr(plans, "schedule", lambda name, rank, size, *args: (
         lambda s: (s.finish(), s.tmp_count, s.nreq))(unanswered(rank, size, False)))
     c = collectives.Comm(mpi_comm, check=check, timeout=LIMIT)
     c.Allreduce(np.zeros(0), np.zeros(0))  # call 1: no schedule runs
@@ -123,7 +124,7 @@ def test_comm_is_unusable_after_a_stall(mpi_comm, check, monkeypatch, form):
 @pytest.mark.parametrize("purepython", [False, True])
 def test_watched_collectives_match_native(mpi_comm, monkeypatch, purepython):
     """With a limit that never fires, every all-reduce algorithm gives native MPI's result."""
-    monkeypatch.setattr(comm_module, "NATIVE", executor.NATIVE and not purepython)
+    monkeypatch.setattr(comm_module, "NATIVE", NATIVE and not purepython)
     for check in (True, False):
         c = collectives.Comm(mpi_comm, check=check, timeout=60)
         for name in ("ring", "recursive_doubling", "rabenseifner", "ring_segmented", "binomial"):
@@ -162,7 +163,7 @@ def test_stall_in_the_checked_exchange_names_the_partner(mpi_comm, monkeypatch, 
     p = mpi_comm.Get_size()
     if p & (p - 1) == 0:
         pytest.skip("rank 1 receives first only when the rank count is not a power of two")
-    monkeypatch.setattr(comm_module, "NATIVE", executor.NATIVE and path == "native")
+    monkeypatch.setattr(comm_module, "NATIVE", NATIVE and path == "native")
     c = collectives.Comm(mpi_comm, check=True, timeout=LIMIT)
     x = np.ones(count, np.float32)
     if c.rank == 1:

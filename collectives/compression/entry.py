@@ -5,8 +5,7 @@ import zlib
 import numpy as np
 
 from ..agreement import COMPRESSED as AGREEMENT, agree, joined
-from ..comm import wrap
-from ..executor import run
+from ..comm import run, wrap
 from .base import flat
 from .compressors import COMPRESSORS
 from .feedback import ErrorFeedback

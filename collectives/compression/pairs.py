@@ -1,12 +1,12 @@
 """The sparse all-gather: every rank's packed pairs to every rank, node-aware across nodes.
 
 Raw Isend/Irecv of bytes on the lane's and the node's private duplicates, one message per
-rank's pairs (collectives.compression.wire) under pipeline.TAG_PAIRS; a receive takes a
+rank's pairs (collectives.compression.wire) under constants.TAG_PAIRS; a receive takes a
 whole slot and the message's size tells its count.
 """
 from mpi4py import MPI
 
-from .pipeline import TAG_PAIRS
+from ..constants import TAG_PAIRS
 
 
 def gather_pairs(grid, local, intra, lane, room, slot, size, stats):

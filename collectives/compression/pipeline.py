@@ -20,8 +20,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ..comm import wrap
-from ..executor import buffer
+from ..comm import buffer, wrap
+from ..constants import TAG_GATHER, TAG_SCATTER, TAG_SHARE, TAG_SUM
 from .base import MASK, chunk_seed
 
 # Bytes of the vector per pipeline segment: while one segment crosses between nodes, the
@@ -29,9 +29,6 @@ from .base import MASK, chunk_seed
 # handshakes that wait for the peer to be scheduled, so segments are few and large
 # (measured: docs/results/testbed.md).
 SEGMENT_BYTES = 8 << 20
-# Tags on the private communicators: intra-node sum, lane phases 1 and 2, intra-node share,
-# sparse pairs (collectives.compression.pairs).
-TAG_SUM, TAG_SCATTER, TAG_GATHER, TAG_SHARE, TAG_PAIRS = 60, 61, 62, 63, 64
 
 
 def chunks(n, p, unit=1):

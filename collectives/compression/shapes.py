@@ -24,8 +24,7 @@ import warnings
 
 import numpy as np
 
-from ..comm import wrap
-from ..executor import buffer
+from ..comm import buffer, wrap
 from .base import Compressor
 from .pairs import gather_pairs
 from .pipeline import reduce
