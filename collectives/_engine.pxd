@@ -47,7 +47,7 @@ cdef class Engine:
     cdef readonly object plans  # a collectives.cache.ByteLRU of _Plan, by the calls' keys
     cdef list hot               # per collective, the plan of its latest call
     cdef list front             # FRONT recent plans, by their keys' hash
-    cdef dict algo_ids          # a requested algorithm's name -> its word in the plan key
+    cdef list algo_ids          # per collective: a requested algorithm's name -> its word in the plan key
     cdef bint checked  # ``check`` when the plans were made (it picks the fused forms)
     cdef cnp.ndarray tmp, aux
     cdef int tags[MAX_COLLECTIVES]

@@ -55,7 +55,7 @@ from collectives.constants import ACC, COLLECTIVES, COUNTS, IN, INDEX, NBUFS as 
 from collectives.exchange import FUSED_BYTES, FUSED_DEFAULT
 from collectives.nonblocking import Progress, completed
 from collectives.ops import DTYPE_CODE
-from collectives.registry import PLAN_OVERHEAD, choices
+from collectives.registry import PLAN_OVERHEAD, choices, resolve_name
 from collectives.schedule import run_python
 from collectives.watchdog import StallError, stalled
 
@@ -204,7 +204,7 @@ cdef class Engine:
         self.plans = ByteLRU(settings.cache_bytes)
         self.hot = [None] * NCOLL
         self.front = [None] * FRONT
-        self.algo_ids = {}
+        self.algo_ids = [{} for _ in range(NCOLL)]
         self.checked = check
         for i in range(NCOLL):
             self.tags[i] = TAGS[_NAMES[i]]
@@ -382,6 +382,12 @@ cdef class Engine:
         (blocking), or queued (nonblocking: its Request).  A nonblocking call whose description
         failed raises at the call; its refusal is queued, so the other ranks raise at wait()."""
         cdef object job, error
+        if c.algorithm is not None and c.error is None and c.algorithm not in self.algo_ids[c.coll]:
+            # An algorithm's name is this rank's own argument: checked here, at the call.
+            try:
+                resolve_name(_NAMES[c.coll], c.algorithm)
+            except ValueError as exc:
+                c.error = exc
         if c is self.call:
             self.started += 1
             try:
@@ -469,9 +475,10 @@ cdef class Engine:
         if algorithm is None:
             c.key[1] = 0
         else:
-            word = self.algo_ids.get(algorithm)
+            ids = self.algo_ids[c.coll]
+            word = ids.get(algorithm)
             if word is None:
-                word = self.algo_ids[algorithm] = len(self.algo_ids) + 1
+                word = ids[algorithm] = len(ids) + 1
             c.key[1] = word
         # The cache is one LRU of plans; the collective's latest plan and FRONT recent ones
         # (by the key's hash) are found without it.

@@ -54,12 +54,15 @@ def test_mismatched_local_sizes(comm):
 
 @pytest.mark.parametrize("root", [-1, "size", 0.0, None])
 def test_invalid_root(comm, root):
+    """A root naming no rank is a ValueError; one that is not an integer a TypeError."""
+    exc, match = ((TypeError, "root must be an integer") if root is None or type(root) is float
+                  else (ValueError, "invalid root"))
     root = comm.size if root == "size" else root
     for call in (lambda: comm.Bcast(np.zeros(2), root=root),
                  lambda: comm.Reduce(np.zeros(2), np.zeros(2), root=root),
                  lambda: comm.Gather(np.zeros(2), np.zeros(2 * comm.size), root=root),
                  lambda: comm.Scatter(np.zeros(2 * comm.size), np.zeros(2), root=root)):
-        with pytest.raises(ValueError, match="invalid root"):
+        with pytest.raises(exc, match=match):
             call()
 
 

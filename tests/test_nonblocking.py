@@ -1,4 +1,5 @@
-"""Nonblocking collectives: same results as blocking, any completion order, errors at wait(),
+"""Nonblocking collectives: same results as blocking, any completion order, a rank's own bad argument
+at the call and the others' errors at wait(),
 blocking calls queued behind pending ones, and progress while the caller computes."""
 import time
 
@@ -163,3 +164,112 @@ def test_progress_while_the_caller_computes(comm, mpi_comm):
     want = np.empty(n)
     mpi_comm.Allreduce(send, want)
     np.testing.assert_array_equal(out, want)
+
+
+def test_rooted_nonblocking_forms_equal_native(comm, mpi_comm):
+    """Igather, Igatherv, Iscatter and Iscatterv run our schedules and give MPI's results."""
+    p, r, root = comm.size, comm.rank, comm.size - 1
+    own = _data(r, 7)
+    whole = np.arange(7 * p, dtype=np.float64)
+    counts = [i % 3 + 1 for i in range(p)]
+    displs = [sum(counts[:i]) for i in range(p)]
+    mine = np.arange(counts[r], dtype=np.float64) + 10 * r
+    got = {k: np.zeros(7 * p) for k in ("gather", "gatherv")}
+    part, partv = np.zeros(7), np.zeros(counts[r])
+    reqs = [comm.Igather(own, got["gather"], root=root),
+            comm.Igatherv(mine, [got["gatherv"], (counts, displs), MPI.DOUBLE], root=root),
+            comm.Iscatter(whole, part, root=root),
+            comm.Iscatterv([whole, (counts, displs), MPI.DOUBLE], partv, root=root)]
+    for req in reqs:
+        req.wait()
+    assert comm.last_algorithm != "native"
+    want = {k: np.zeros(7 * p) for k in ("gather", "gatherv")}
+    wpart, wpartv = np.zeros(7), np.zeros(counts[r])
+    mpi_comm.Gather(own, want["gather"], root=root)
+    mpi_comm.Gatherv(mine, [want["gatherv"], (counts, displs), MPI.DOUBLE], root=root)
+    mpi_comm.Scatter(whole, wpart, root=root)
+    mpi_comm.Scatterv([whole, (counts, displs), MPI.DOUBLE], wpartv, root=root)
+    if r == root:
+        np.testing.assert_array_equal(got["gather"], want["gather"])
+        np.testing.assert_array_equal(got["gatherv"], want["gatherv"])
+    np.testing.assert_array_equal(part, wpart)
+    np.testing.assert_array_equal(partv, wpartv)
+
+
+def _readonly(n):
+    a = np.zeros(n)
+    a.setflags(write=False)
+    return a
+
+
+# (nonblocking call, the blocking form) with this rank's arguments bad: the call raises at once.
+BAD = {
+    "iallreduce-count": (lambda c: c.Iallreduce(np.ones(4), np.zeros(5)), lambda c: c.Allreduce(np.ones(4), np.zeros(5))),
+    "iallreduce-dtype": (lambda c: c.Iallreduce(np.ones(4, np.float32), np.zeros(4)),
+                         lambda c: c.Allreduce(np.ones(4, np.float32), np.zeros(4))),
+    "iallreduce-readonly": (lambda c: c.Iallreduce(np.ones(4), _readonly(4)), lambda c: c.Allreduce(np.ones(4), _readonly(4))),
+    "ibcast-root": (lambda c: c.Ibcast(np.zeros(4), root=c.size), lambda c: c.Bcast(np.zeros(4), root=c.size)),
+    "ireduce-op": (lambda c: c.Ireduce(np.ones(4), np.zeros(4), op=MPI.BAND), lambda c: c.Reduce(np.ones(4), np.zeros(4), op=MPI.BAND)),
+    "iallgather-count": (lambda c: c.Iallgather(np.ones(3), np.zeros(3 * c.size + 1)),
+                         lambda c: c.Allgather(np.ones(3), np.zeros(3 * c.size + 1))),
+    "iallgatherv-counts": (lambda c: c.Iallgatherv(np.ones(3), [np.zeros(4 * c.size), [4] * c.size]),
+                           lambda c: c.Allgatherv(np.ones(3), [np.zeros(4 * c.size), [4] * c.size])),
+    "ireduce_scatter_block-longer": (lambda c: c.Ireduce_scatter_block(np.ones(2 * c.size), np.zeros(3)),
+                                     lambda c: c.Reduce_scatter_block(np.ones(2 * c.size), np.zeros(3))),
+    "ireduce_scatter-counts": (lambda c: c.Ireduce_scatter(np.ones(2 * c.size), np.zeros(2), [2] * (c.size + 1)),
+                               lambda c: c.Reduce_scatter(np.ones(2 * c.size), np.zeros(2), [2] * (c.size + 1))),
+    "igather-root": (lambda c: c.Igather(np.ones(2), np.zeros(2 * c.size), root=-1),
+                     lambda c: c.Gather(np.ones(2), np.zeros(2 * c.size), root=-1)),
+    "iscatter-size": (lambda c: c.Iscatter(np.ones(2 * c.size + 1), np.zeros(2), root=c.rank),
+                      lambda c: c.Scatter(np.ones(2 * c.size + 1), np.zeros(2), root=c.rank)),
+}
+# The same calls with good arguments, as the other ranks make them.
+GOOD = {
+    "iallreduce": lambda c: c.Iallreduce(np.ones(4), np.zeros(4)),
+    "ibcast": lambda c: c.Ibcast(np.zeros(4), root=0),
+    "ireduce": lambda c: c.Ireduce(np.ones(4), np.zeros(4)),
+    "iallgather": lambda c: c.Iallgather(np.ones(3), np.zeros(3 * c.size)),
+    "iallgatherv": lambda c: c.Iallgatherv(np.ones(3), [np.zeros(3 * c.size), [3] * c.size]),
+    "ireduce_scatter_block": lambda c: c.Ireduce_scatter_block(np.ones(2 * c.size), np.zeros(2)),
+    "ireduce_scatter": lambda c: c.Ireduce_scatter(np.ones(2 * c.size), np.zeros(2), [2] * c.size),
+    "igather": lambda c: c.Igather(np.ones(2), np.zeros(2 * c.size), root=0),
+    "iscatter": lambda c: c.Iscatter(np.ones(2 * c.size), np.zeros(2), root=0),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_arguments_raise_at_the_call_and_peers_at_wait(mpi_comm, case):
+    """A nonblocking call with a bad argument raises at the call on the rank that passed it,
+    with the blocking call's message; the others, which passed good ones, raise at wait(),
+    within 5 seconds (not at the stall limit), and the Comm then still works."""
+    call, blocking = BAD[case]
+    collective = case.split("-")[0]
+    with Comm(mpi_comm, timeout=600) as c:
+        with pytest.raises((ValueError, TypeError)) as blocked:  # every rank's arguments bad
+            blocking(c)
+        if c.rank == 0:
+            with pytest.raises(type(blocked.value)) as at_call:
+                call(c)
+            assert str(at_call.value) == str(blocked.value)
+        else:
+            req = GOOD[collective](c)
+            start = time.monotonic()
+            with pytest.raises(ValueError, match="invalid arguments on another rank"):
+                req.wait()
+            assert time.monotonic() - start < 5
+        x = np.arange(6.0) + c.rank
+        got, want = np.zeros(6), np.zeros(6)
+        c.Iallreduce(x, got).wait()
+        mpi_comm.Allreduce(x, want)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_an_unknown_algorithm_raises_at_the_call(mpi_comm):
+    """The algorithm's name is the caller's own argument: a nonblocking call naming none that
+    exists raises at the call, on every rank that names it."""
+    with Comm(mpi_comm) as c:
+        with pytest.raises(ValueError, match="unknown allreduce algorithm 'nope'"):
+            c.Iallreduce(np.ones(3), np.zeros(3), algorithm="nope")
+        got = np.zeros(3)
+        c.Iallreduce(np.ones(3), got, algorithm="ring").wait()
+        np.testing.assert_array_equal(got, np.full(3, float(c.size)))
