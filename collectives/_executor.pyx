@@ -59,7 +59,7 @@ cdef int run_steps(MPI_Comm comm, const int64_t *steps, Py_ssize_t begin, Py_ssi
 
     A send or receive row runs as requests after the pending ones, so that every wait is
     ``wait_requests``; on TIMED_OUT ``nreq`` says how many requests the marks in ``is_recv``
-    cover.  ``sync``: sends are synchronous (Fast's overlapped rows, see ``settle``).
+    cover.  ``sync``: sends are synchronous (the overlapped all-reduce's leading rows, see ``settle``).
     """
     cdef Py_ssize_t i
     cdef const int64_t *r

@@ -125,9 +125,9 @@ VARIABLES = (
     Variable("COLLECTIVES_NODE", "layout", "", "communicator",
              "Pretend the ranks sit on nodes, for testing node-aware algorithms on one host: K "
              "(nodes of K ranks), NxK, or a,b,c (uneven).", _text),
-    Variable("COLLECTIVES_NODE_RATIO", "number", 1 / 8, "run",
+    Variable("COLLECTIVES_NODE_RATIO", "number", None, "communicator",
              "Bandwidth between nodes over that within a node, which decides when the compressed "
-             "all-reduce goes node-aware.", _ratio),
+             "all-reduce goes node-aware (unset: collectives.compression.NODE_RATIO, 1/8).", _ratio),
     Variable("COLLECTIVES_PUREPYTHON", "bool", False, "process",
              "Run the NumPy twins of the executor, the checked exchange and the kernels instead "
              "of the native ones (the same dispatch otherwise).", _flag),
@@ -148,9 +148,6 @@ VARIABLES = (
     Variable("COLLECTIVES_REPRODUCIBLE", "bool", False, "run",
              "Training sums gradients in a fixed tree, so a run gives the same bits at any rank "
              "count and with any all-reduce algorithm.", _flag),
-    Variable("COLLECTIVES_CHECKPOINT_STALL", "write number", "", "run",
-             "For tests of interrupted checkpoints: the checkpoint write of that number stops "
-             "halfway until the process is killed.", _text),
 )
 _BY_NAME = {v.name: v for v in VARIABLES}
 
@@ -192,6 +189,7 @@ class Settings(NamedTuple):
     eager: object
     split: object
     cache_bytes: int
+    node_ratio: object
 
 
 def snapshot(environ=None):
@@ -209,6 +207,7 @@ def snapshot(environ=None):
         eager=get("COLLECTIVES_EAGER_BYTES", environ),
         split=get("COLLECTIVES_SPLIT_BYTES", environ),
         cache_bytes=get("COLLECTIVES_CACHE_BYTES", environ),
+        node_ratio=get("COLLECTIVES_NODE_RATIO", environ),
     )
 
 

@@ -37,7 +37,7 @@ LATE_COPY_BYTES = 1 << 20
 
 
 def select(engine, collective, algorithm, count, nbytes, uniform=True):
-    """(Algorithm, reason) for a call on ``engine`` (a collectives._dispatch.Engine)."""
+    """(Algorithm, reason) for a call on ``engine`` (a collectives._engine.Engine)."""
     nodes = engine.nodes
     return decide_for(collective, algorithm, engine.algorithms.get(collective),
                       engine.settings.algorithms[collective], engine.size, count, nbytes, uniform,

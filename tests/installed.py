@@ -37,7 +37,7 @@ check(os.path.commonpath([collectives.__file__, site]) == site,
       f"collectives imported from {collectives.__file__}, not from {site}")
 check(importlib.util.find_spec("bench") is None and not os.path.exists(os.path.join(site, "bench")),
       f"a top-level bench is installed in {site}")
-check(NATIVE, "the native dispatcher (collectives._dispatch) did not load")
+check(NATIVE, "the native engine (collectives._engine) did not load")
 for command in ("collectives-bench", "collectives-train"):
     check(os.path.exists(os.path.join(sysconfig.get_paths()["scripts"], command)), f"no {command} command")
 

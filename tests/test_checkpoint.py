@@ -33,10 +33,11 @@ SGD = ["--optimizer", "sgd", "--no-progress"]
 BOUND = 60  # seconds a job may take to stop after SIGTERM (it stops at the next step)
 
 
-def start(n, args, env=None):
-    """Start ``python -m collectives train ARGS`` on ``n`` ranks; (Popen, tag naming its ranks)."""
+def start(n, args, env=None, program=("-m", "collectives", "train")):
+    """Start ``python -m collectives train ARGS`` (or ``python PROGRAM... ARGS``) on ``n`` ranks;
+    (Popen, tag naming its ranks)."""
     tag = uuid.uuid4().hex
-    proc = subprocess.Popen([*launcher(), "-n", str(n), sys.executable, "-m", "collectives", "train", *args],
+    proc = subprocess.Popen([*launcher(), "-n", str(n), sys.executable, *program, *args],
                             env=clean_env(COLLECTIVES_TEST_JOB=tag, **(env or {})), cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     return proc, tag
@@ -93,7 +94,8 @@ def ok(result):
 def test_interrupted_write_resumes_from_previous_checkpoint(tmp_path):
     ckpt, whole, resumed = (str(tmp_path / n) for n in ("c.npz", "whole.npz", "resumed.npz"))
     options = [*SGD, "--epochs", "3", "--checkpoint", ckpt, "--checkpoint-every", "10"]
-    proc, tag = start(2, options, env={checkpoint.STALL: "2"})  # the write at step 20 stops half-way
+    # The writer stops half-way through its second write, the checkpoint at step 20.
+    proc, tag = start(2, options, program=(os.path.join(ROOT, "tests", "stalled_write.py"), "2"))
     try:
         # after the first checkpoint's rename, a temporary file can only be the second one's
         wait_for(proc, lambda: os.path.exists(ckpt) and os.path.exists(ckpt + ".tmp") and os.path.getsize(ckpt + ".tmp"),

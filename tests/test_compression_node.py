@@ -303,18 +303,19 @@ def test_requantize_goes_node_aware_where_it_pays(monkeypatch, spec):
 def test_node_ratio_from_the_environment(monkeypatch, spec):
     """COLLECTIVES_NODE_RATIO moves the threshold: 0 sends sign node-aware too, 1e9 keeps int8
     flat; a value that is not a number >= 0 is refused by name."""
-    comm, _ = node_comm(monkeypatch, spec, force=False)
     g = grad(WORLD.rank, 4099, 0, np.float32)
-    with comm:
-        for ratio, name, shape in [("0", "sign", "requantize/node"), ("1e9", "int8", "requantize")]:
-            monkeypatch.setenv("COLLECTIVES_NODE_RATIO", ratio)
+    for ratio, name, shape in [("0", "sign", "requantize/node"), ("1e9", "int8", "requantize")]:
+        monkeypatch.setenv("COLLECTIVES_NODE_RATIO", ratio)  # read when the Comm is made
+        comm, _ = node_comm(monkeypatch, spec, force=False)
+        with comm:
             comp = COMPRESSORS[name]()
             allreduce(comm, g, comp)
             assert comp.last.shape == shape, (ratio, name, spec, comp.last)
-        for bad in ("fast", "-1", "nan"):
-            monkeypatch.setenv("COLLECTIVES_NODE_RATIO", bad)
-            with pytest.raises(ValueError, match="COLLECTIVES_NODE_RATIO"):
-                compression.node_ratio()
+            assert compression.node_ratio(comm) == float(ratio)
+    for bad in ("fast", "-1", "nan"):
+        monkeypatch.setenv("COLLECTIVES_NODE_RATIO", bad)
+        with pytest.raises(ValueError, match="COLLECTIVES_NODE_RATIO"):
+            node_comm(monkeypatch, spec, force=False)
 
 
 @pytest.mark.serial

@@ -1,4 +1,4 @@
-"""One dispatcher for every call form: each runs this library's algorithm, matches native MPI,
+"""One engine for every call form: each runs this library's algorithm, matches native MPI,
 and its plan cache.
 
 ``comm._engine.calls`` counts the calls this library's algorithms ran; a call handed to MPI's
@@ -149,7 +149,7 @@ def test_a_strided_send_on_one_rank_agrees_with_the_others(comm, mpi_comm):
 
 
 def test_plan_cache_is_bounded(mpi_comm, check, monkeypatch):
-    """The dispatcher's plans live in a byte-bounded LRU (COLLECTIVES_CACHE_BYTES): 200 distinct
+    """The engine's plans live in a byte-bounded LRU (COLLECTIVES_CACHE_BYTES): 200 distinct
     sizes keep it under the bound, and results stay right after evictions."""
     monkeypatch.setenv("COLLECTIVES_CACHE_BYTES", "4096")
     c = collectives.Comm(mpi_comm, check=check)

@@ -1,6 +1,6 @@
 """Compression kernels: native against the NumPy twin (bit for bit), and both against the definitions.
 
-Single-process: under mpiexec each test runs on one rank (tests/single_process.py).
+Serial (tests/conftest.py): a test runs once, on one rank of the launch.
 Tolerances of the statistical checks are derived in their docstrings.
 """
 import numpy as np

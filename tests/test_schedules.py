@@ -10,7 +10,7 @@ run uses.  A barrier must let no rank out before it has heard, directly or throu
 from every rank.
 
 Each schedule runs as its algorithm builds it, and again with every message of more than two
-elements cut into pieces of at most two (``plans.split_messages``, as the dispatcher cuts the
+elements cut into pieces of at most two (``plans.split_messages``, as the engine's plans cut the
 messages above MPI's eager limit), so the split forms meet the same checks.
 
 Each schedule runs under two models of a blocking send.  EAGER: a send completes at once,

@@ -43,8 +43,9 @@ The modules, each of one concern, imported in this order (none imports the packa
 * ``node_policy``: when the node-aware shapes run;
 * ``entry``: ``allreduce``, its agreement across ranks and its choice of shape.
 
-``NODE_RATIO``, ``SEGMENT_BYTES`` and ``BLOCK_BYTES`` are read at every call from the module
-that uses them; setting one here (``compression.SEGMENT_BYTES = 1 << 20``) sets it there.
+``NODE_RATIO`` (unless a Comm's COLLECTIVES_NODE_RATIO sets it), ``SEGMENT_BYTES`` and
+``BLOCK_BYTES`` are read at every call from the module that uses them; setting one here
+(``compression.SEGMENT_BYTES = 1 << 20``) sets it there.
 """
 import sys
 import types

@@ -63,7 +63,7 @@ def allreduce(comm, grad, compressor, state=None, average=False, report=None, ou
     if state is None and compressor.error_feedback:
         state = ErrorFeedback()
     nodes = across_nodes(comm)
-    if nodes is not None and compressor.shape == "requantize" and not node_aware_pays(nodes, compressor, g.dtype):
+    if nodes is not None and compressor.shape == "requantize" and not node_aware_pays(comm, nodes, compressor, g.dtype):
         nodes = None
     stats = Stats(compressor.shape + ("/node" if nodes is not None else ""))
     seed = compressor.next_seed(rank)

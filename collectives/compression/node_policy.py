@@ -26,30 +26,31 @@ order as the flat shape.  Uneven layouts (nodes of different sizes) keep the fla
 """
 import numpy as np
 
-from .. import config
 from ..comm import wrap
 
 # Bandwidth between nodes over that of the intra-node phases: see the module docstring.
-# COLLECTIVES_NODE_RATIO overrides it (a fast network between nodes wants a larger value).
+# COLLECTIVES_NODE_RATIO, read when a Comm is made, overrides it for that Comm (a fast network
+# between nodes wants a larger value).
 NODE_RATIO = 1 / 8
 
 
-def node_ratio():
-    """The COLLECTIVES_NODE_RATIO of the environment, else NODE_RATIO."""
-    return config.get("COLLECTIVES_NODE_RATIO") if config.is_set("COLLECTIVES_NODE_RATIO") else NODE_RATIO
+def node_ratio(comm):
+    """The node ratio of the collectives.Comm ``comm``: its COLLECTIVES_NODE_RATIO, else NODE_RATIO."""
+    ratio = wrap(comm)._env.node_ratio
+    return NODE_RATIO if ratio is None else ratio
 
 
-def node_aware_pays(nodes, compressor, dtype):
-    """Whether the node-aware requantize saves more time between nodes than it adds within
-    them, from ``compressor``'s payload bytes per input byte on one unit of zeros (once per
-    compressor and dtype)."""
+def node_aware_pays(comm, nodes, compressor, dtype):
+    """Whether the node-aware requantize saves more time between nodes of ``comm`` than it
+    adds within them, from ``compressor``'s payload bytes per input byte on one unit of zeros
+    (once per compressor and dtype)."""
     dtype = np.dtype(dtype)
     if dtype not in compressor.ratios:
         x = np.zeros(compressor.unit, dtype)
         payload, _ = compressor.compress(x)
         compressor.ratios[dtype] = sum(a.nbytes for a in payload) / x.nbytes
     k, N = nodes.counts[0], len(nodes.counts)
-    return k * (N - 1) / N * compressor.ratios[dtype] >= node_ratio()
+    return k * (N - 1) / N * compressor.ratios[dtype] >= node_ratio(comm)
 
 
 def across_nodes(comm):

@@ -31,13 +31,11 @@ written by one rank without any transfer.  Integer state travels as float64 (exa
 import io
 import json
 import os
-import time
 import zipfile
 
 import numpy as np
 from mpi4py import MPI
 
-from .. import config
 from .errors import DataError
 
 FORMAT = 1
@@ -47,10 +45,6 @@ PREEMPTED = 75
 SETTINGS = ("optimizer", "sync", "lam", "batch", "lr", "momentum", "schedule", "adam_decay", "history",
             "local_steps", "compress", "seed")
 PER_RANK = ("local", "gossip")
-# Test hook: a process stops for good half-way through its Nth write_file (counted from 1; rank 0
-# writes checkpoints), so a test can kill the job mid-write.
-STALL = "COLLECTIVES_CHECKPOINT_STALL"
-_writes = 0
 
 
 def layout(sync):
@@ -72,21 +66,13 @@ def write_file(path, write):
     The temporary file is fsynced before the rename and the directory after it, so a crash or
     power loss leaves either the old ``path`` or the new one, never a torn one.
     """
-    global _writes
     tmp = f"{path}.tmp"
     data = io.BytesIO()
     write(data)
     data = data.getbuffer()
-    _writes += 1
     try:
         with open(tmp, "wb") as f:
-            half = len(data) // 2
-            f.write(data[:half])
-            if config.get(STALL) == str(_writes):
-                f.flush()
-                while True:  # until the test kills the job
-                    time.sleep(1)
-            f.write(data[half:])
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
