@@ -147,10 +147,44 @@ def test_compression_imports_the_core_only():
     assert not any(wrong.values()), {m: bad for m, bad in wrong.items() if bad}
 
 
-def test_core_imports_neither():
-    """No module of the core, Python or Cython, imports collectives.compression or collectives.train."""
-    wrong = {m: sorted(n for n in EDGES[m] if under(n, COMPRESSION) or under(n, TRAIN)) for m in EDGES if core(m)}
+# What the core must not import: the packages built on it, and the benchmark (bench/, installed
+# as collectives.bench), which measures it.
+ABOVE = (COMPRESSION, TRAIN, "collectives.ml", "collectives.parallel", "collectives.bench", "bench")
+
+
+def imported(path, name):
+    """Every module name ``path`` (module ``name``) imports, relative imports made absolute,
+    and each ``from X import Y`` also as X.Y."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                stem = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(stem + ([node.module] if node.module else []))
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)
+    return out
+
+
+def test_core_imports_nothing_above_it():
+    """No module of the core, Python or Cython, imports collectives.compression, train, ml,
+    parallel or the benchmark (collectives.bench, bench/); the command line's __main__ is
+    not of the core, since its commands run them."""
+    wrong = {m: sorted(n for n in imported(PATHS[m], m) if any(under(n, up) for up in ABOVE))
+             for m in PATHS if core(m)}
     assert not any(wrong.values()), {m: bad for m, bad in wrong.items() if bad}
-    for path in ROOT.glob("*.py[xd]"):
+    for path in ROOT.glob("*.p[xy][xd]"):
         lines = [line for line in path.read_text().splitlines() if re.match(r"\s*(c?import|from)\s", line)]
-        assert not [line for line in lines if re.search(r"\b(compression|train)\b", line)], path
+        assert not [line for line in lines if re.search(r"\b(compression|train|ml|parallel|bench)\b", line)], path
+
+
+def test_the_layer_check_sees_an_import_from_above(tmp_path):
+    """The check itself: a core module importing the benchmark or ml is caught."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from .bench import cli\nimport collectives.ml.text\n")
+    found = imported(bad, "collectives.bad")
+    assert any(under(n, "collectives.bench") for n in found) and any(under(n, "collectives.ml") for n in found)
