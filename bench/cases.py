@@ -15,6 +15,7 @@ from mpi4py import MPI
 
 import collectives
 from collectives import compression
+from collectives.registry import Shape, Topology
 
 # Per collective: the mpi4py method (ours has the same name), the nccl-tests bus-bandwidth
 # factor, and whether every rank holds 1/p of the data (so counts are multiples of p).
@@ -213,6 +214,6 @@ def contenders(collective, comm, count, algorithms=("all",), itemsize=4):
         if importlib.util.find_spec(f"collectives.algorithms.{algo.name}") is None:
             rows.append((algo.name, None, "not implemented yet"))
         else:
-            reason = algo.applies(comm.size, arg, True)
+            reason = algo.applies(Shape(arg, count * itemsize), Topology(comm.size))
             rows.append((algo.name, None if reason else algo.name, reason))
     return rows

@@ -118,9 +118,9 @@ def _member(algo, members, sub, args, itemsize):
 
 
 def _auto(collective, size, count, nbytes, uniform=True):
-    from collectives.registry import decide
+    from collectives.registry import Shape, Topology, decide
 
-    return decide(collective, "auto", size, count, nbytes, uniform)[0]
+    return decide(collective, "auto", Shape(count, nbytes, uniform), Topology(size))[0]
 
 
 def _call(phase, size, itemsize):

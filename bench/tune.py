@@ -163,7 +163,7 @@ def build(sweeps, tolerance, metadata, stat="p50", base=None):
     """The Table from {rank count: [result records of the benchmark]}, followed by the rows of
     the Table ``base`` (the choices where nothing was measured: more ranks, other collectives);
     without a base, a collective without measurements gets its first algorithm."""
-    from collectives.registry import ALGORITHMS, flat_name
+    from collectives.registry import ALGORITHMS, row_name
     from collectives.tuning import FORMAT, parse
 
     per = {}
@@ -177,12 +177,14 @@ def build(sweeps, tolerance, metadata, stat="p50", base=None):
     fallback = {c: [r.as_json() for r in rows] for c, rows in base.rows.items()} if base else {
         c: [{"ranks": [1, None], "bytes": [0, None], "algorithm": ALGORITHMS[c][0].name}] for c in ALGORITHMS}
     # The base's fused rows stay first: they are taken only with the check on, which the sweep
-    # (check=False, every algorithm forced) does not measure (bench.default_path does).
-    fused = {c: [r for r in rows if r["algorithm"].endswith("_fused")] for c, rows in fallback.items()}
+    # (check=False, every algorithm forced) does not measure (bench.default_path does); so do
+    # its rows of a layout (several nodes, a transport), which a sweep on one node never covers.
+    fused = {c: [r for r in rows if r["algorithm"].endswith("_fused") or set(r) & {"nodes", "per_node", "transport"}]
+             for c, rows in fallback.items()}
     collectives = {c: fused.get(c, []) + table_rows(per.get(c, {}))
                    + [r for r in fallback.get(c, []) if r not in fused.get(c, [])] for c in ALGORITHMS}
     return parse({"format": FORMAT, "metadata": dict(metadata, winners=points), "collectives": collectives},
-                 flat_name, "<tune>")
+                 row_name, "<tune>")
 
 
 def main(argv=None):

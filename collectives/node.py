@@ -98,6 +98,10 @@ class Nodes:
             for r, (l, m) in enumerate(coll.allgather((self.local, self.lane.Get_rank()))):
                 self.grid[l, m] = r
 
+    def ranks_per_node(self, size):
+        """Ranks per node, in node order."""
+        return tuple(self.counts)
+
     def free(self):
         """Release the sub-communicators."""
         for sub in (self.intra, self.lane):
@@ -114,6 +118,10 @@ class _Flat:
 
     def __init__(self, spans):
         self.spans = spans
+
+    def ranks_per_node(self, size):
+        """Ranks per node of a communicator of ``size`` ranks."""
+        return (1,) * size if self.spans else (size,)
 
     def free(self):
         """Nothing to release."""

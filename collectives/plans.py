@@ -15,7 +15,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .ops import DTYPES
-from .registry import ALGORITHMS, choices, decide_for, schedule
+from .registry import ALGORITHMS, Shape, Topology, choices, decide_for, schedule
 from .schedule import ACC, COPY, IN, IRECV, ISEND, NONE, OUT, REDUCE, SENDRECV, TMP, WAITALL, blocks
 
 _NO_STEPS = np.empty((0, 9), np.int64)  # a fused collective's: the checked exchange is all of it
@@ -36,13 +36,16 @@ EARLY_RECEIVES = MPI.Get_library_version().startswith("MPICH")
 LATE_COPY_BYTES = 1 << 20
 
 
+def topology(engine):
+    """The registry.Topology of ``engine``'s communicator (collectives._engine.Engine)."""
+    return Topology(engine.size, engine.nodes.ranks_per_node(engine.size), False, engine.fused_bytes)
+
+
 def select(engine, collective, algorithm, count, nbytes, uniform=True):
     """(Algorithm, reason) for a call on ``engine`` (a collectives._engine.Engine)."""
-    nodes = engine.nodes
     return decide_for(collective, algorithm, engine.algorithms.get(collective),
-                      engine.settings.algorithms[collective], engine.size, count, nbytes, uniform,
-                      checked=engine.check, spans=nodes.spans, table=engine.settings.tuning,
-                      nodes=nodes if nodes.multi else None, fused_bytes=engine.fused_bytes)
+                      engine.settings.algorithms[collective], Shape(count, nbytes, uniform), topology(engine),
+                      checked=engine.check, table=engine.settings.tuning)
 
 
 def explain(engine, collective, count=0, dtype="float32", algorithm=None):
@@ -242,4 +245,4 @@ def leading(steps, apart, copy, receives=True):
 
 
 __all__ = ["EARLY_RECEIVES", "LATE_COPY_BYTES", "Plan", "explain", "late_copy", "leading", "make", "plan_args",
-           "select", "split_messages"]
+           "select", "split_messages", "topology"]

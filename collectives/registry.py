@@ -3,14 +3,20 @@
 Selection is data kept out of the algorithm modules (MPICH's coll selection, in small):
 
 * ``ALGORITHMS`` lists, per collective, every algorithm with its restriction, if any;
-* ``FUSED`` adds, per collective, the fused form of the checked exchange
-  (``collectives.exchange``), for messages of at most ``FUSED_BYTES``;
-* ``auto`` is a measured decision table (``collectives.tuning``: rank range x message-size
-  range -> algorithm, shipped in collectives/data/tuning.json, COLLECTIVES_TUNING=file for
-  another); the first row that covers the call and whose algorithm applies wins.  A fused row
-  applies only with the cross-rank check on: it is the check and the collective at once;
+  ``NODE_ALGORITHMS`` the node-aware ones, composed from collectives on a communicator's node
+  and lane communicators; ``FUSED`` the fused form of the checked exchange
+  (``collectives.exchange``) of each collective;
+* a restriction sees the call's ``Shape`` (count, bytes, equal counts on every rank) and the
+  communicator's ``Topology`` (ranks, ranks per node, whether a shared segment joins each
+  node's ranks, the most a fused collective carries there);
+* ``auto`` is a measured decision table (``collectives.tuning``: rows keyed by rank count and
+  message size, and where they say so by the nodes, the ranks per node and the transport;
+  shipped in collectives/data/tuning.json, COLLECTIVES_TUNING=file for another); the first row
+  that covers the call and whose algorithm applies wins.  A fused row applies only with the
+  cross-rank check on: it is the check and the collective at once;
 * ``COLLECTIVES_<COLLECTIVE>=<name>`` in the environment forces one (``COLLECTIVES_ALLREDUCE=ring``);
-* a forced algorithm whose restriction fails falls back to ``auto``, logging the reason.
+* a forced algorithm whose restriction fails falls back to ``auto`` (a node-aware one first to
+  another node-aware one that applies), logging the reason.
 
 ``decide`` returns the choice with the reason (which request, table row, restriction or
 fallback chose it): ``Comm.explain`` shows it, COLLECTIVES_EXPLAIN=1 prints it per call.
@@ -20,11 +26,54 @@ Names are the module names, ``<collective>_<algorithm>``; users may drop the pre
 import functools
 import importlib
 import logging
+from typing import NamedTuple
 
 from . import config, tuning
+from .constants import COLLECTIVES
 from .exchange import BCAST, FUSED_BYTES, GATHER, HEADER, REDUCE
 
 log = logging.getLogger("collectives")
+
+
+class Shape(NamedTuple):
+    """What a restriction may ask of a call: its element count, its bytes and whether every
+    rank passes the same count."""
+
+    count: int
+    nbytes: int = 0
+    uniform: bool = True
+
+
+class Topology(NamedTuple):
+    """What a restriction, and a row of the table, may ask of the communicator a call runs on:
+    its ranks, the ranks on each of its nodes (in node order; one node of ``size`` when
+    empty), whether a shared-memory segment joins each node's ranks, and the most a fused
+    collective carries there (collectives.eager)."""
+
+    size: int
+    nodes: tuple = ()
+    shared: bool = False
+    fused_bytes: int = FUSED_BYTES
+
+    @property
+    def counts(self):
+        """Ranks per node."""
+        return self.nodes or (self.size,)
+
+    @property
+    def spans(self):
+        """Whether the communicator spans several nodes."""
+        return len(self.counts) > 1
+
+    @property
+    def multi(self):
+        """Whether it spans several nodes with several ranks on some node."""
+        return self.spans and max(self.counts) > 1
+
+    @property
+    def even(self):
+        """Whether every node holds as many ranks."""
+        return len(set(self.counts)) == 1
 
 
 class Algorithm:
@@ -47,12 +96,11 @@ class Algorithm:
         # place), so it may receive into ACC instead of scratch.
         self.apart = apart
 
-    def applies(self, size, count, uniform, nbytes=0, fused_bytes=FUSED_BYTES):
-        """None when usable for this call, else the reason it is not; ``fused_bytes``: the most
-        a fused collective carries on this communicator (collectives.eager)."""
-        if self.fused is not None and nbytes > fused_bytes:
-            return f"carries at most {fused_bytes} bytes on this communicator (collectives.eager)"
-        if self.restriction is None or self.restriction(size, count, uniform):
+    def applies(self, shape, topology):
+        """None when usable for a call of ``shape`` on ``topology``, else the reason it is not."""
+        if self.fused is not None and shape.nbytes > topology.fused_bytes:
+            return f"carries at most {topology.fused_bytes} bytes on this communicator (collectives.eager)"
+        if self.restriction is None or self.restriction(shape, topology):
             return None
         return self.why
 
@@ -62,12 +110,20 @@ class Algorithm:
         return getattr(importlib.import_module(f"collectives.algorithms.{self.name}"), self.name)
 
 
-def _uniform(size, count, uniform):
-    return uniform
+def _uniform(shape, topology):
+    return shape.uniform
 
 
-def _scratch_ok(size, count, uniform):
-    return (size - 1) * count <= MAX_SCRATCH_ELEMENTS
+def _scratch_ok(shape, topology):
+    return (topology.size - 1) * shape.count <= MAX_SCRATCH_ELEMENTS
+
+
+def _several_nodes(shape, topology):
+    return topology.multi
+
+
+def _even_nodes(shape, topology):
+    return topology.multi and topology.even
 
 
 # The naive all-to-all holds p - 1 incoming vectors at once.
@@ -117,12 +173,13 @@ ALGORITHMS = {
 }
 
 # Node-aware algorithms: for a communicator spanning more than one node with more than one
-# rank on some node; their restriction takes whether every node holds as many ranks.
+# rank on some node.
 NODE_ALGORITHMS = {
     "allreduce": [
-        Algorithm("allreduce_hierarchical", _uniform, "needs the same number of ranks on every node",
-                  node_aware=True),
-        Algorithm("allreduce_node_leader", node_aware=True),
+        Algorithm("allreduce_hierarchical", _even_nodes,
+                  "needs several nodes, each with the same number of ranks, more than one", node_aware=True),
+        Algorithm("allreduce_node_leader", _several_nodes,
+                  "needs more than one node with several ranks on some node", node_aware=True),
     ],
 }
 
@@ -139,79 +196,26 @@ FUSED = {
     "barrier": Algorithm("barrier_fused", fused=HEADER),
 }
 
+if tuple(ALGORITHMS) != COLLECTIVES:
+    raise ImportError("collectives.registry: ALGORITHMS must hold collectives.constants.COLLECTIVES, in order")
+
 _BY_NAME = {a.name: a for table in (ALGORITHMS, NODE_ALGORITHMS) for rows in table.values() for a in rows}
 _BY_NAME.update({a.name: a for a in FUSED.values()})
 
-# auto across nodes: (largest message in bytes, algorithm) rows, first match that applies wins;
-# None: the flat choice.  Up to 64 KiB the best flat algorithm beat both node-aware ones on the
-# 2 nodes x 2 ranks testbed, and from 1 MiB hierarchical beat node_leader in every launch
-# (docs/results/testbed.md).  node_leader stays for layouts that hierarchical does not take
-# (nodes of different sizes).
-NODE_AUTO = {
-    "allreduce": [
-        (64 << 10, None),
-        (None, "allreduce_hierarchical"),
-        (None, "allreduce_node_leader"),
-    ],
-}
 
-
-# auto's flat choice on a communicator that spans several nodes (collectives.node: ``spans``),
-# one rank per node included: (largest message in bytes, algorithm) rows, first match that
-# applies wins, in place of the table's rows, which are measured on one node (the fused rows,
-# taken with the check on, stay first).  On the testbed's links recursive doubling was the
-# fastest up to 64 KiB and the ring from 1 MiB, where the one-node table's choices ran up to
-# 1.7x slower (docs/results/testbed.md).
-SPREAD_AUTO = {
-    "allreduce": [
-        (64 << 10, "allreduce_recursive_doubling"),
-        (None, "allreduce_ring"),
-    ],
-}
-
-
-def may_be_node_aware(name):
-    """Whether the resolved choice ``name`` ("auto" or a full name) can run node-aware."""
-    return name == "auto" or _BY_NAME[name].node_aware
-
-
-def select_node(collective, requested, nbytes, uniform):
-    """The node-aware Algorithm to run, or None for a flat one: ``requested`` when it is
-    node-aware and applies, else the NODE_AUTO choice (a forced node-aware algorithm that does
-    not apply falls back to the node-aware rows only)."""
-    name = resolve_name(collective, requested)
-    if name != "auto" and not _BY_NAME[name].node_aware:
-        return None
-    if name != "auto":
-        algo = _BY_NAME[name]
-        reason = algo.applies(None, None, uniform)
-        if reason is None:
-            return algo
-        log.info("collectives: %s does not apply (%s); falling back to auto", name, reason)
-    for max_bytes, auto_name in NODE_AUTO[collective]:
-        if max_bytes is not None and nbytes > max_bytes or auto_name is None and name != "auto":
-            continue
-        if auto_name is None:
-            return None
-        algo = _BY_NAME[auto_name]
-        if algo.applies(None, None, uniform) is None:
-            return algo
-    return None
-
-
-def flat_name(collective, name):
-    """The full name of a flat algorithm of ``collective`` (a row of its table, or its fused
-    form) that ``name`` gives; ValueError saying why it is none."""
+def row_name(collective, name):
+    """The full name of an algorithm of ``collective`` that a row of the table may give (one
+    of its table, its fused form, a node-aware one); ValueError saying why ``name`` is none."""
     full = resolve_name(collective, name)
-    if full == "auto" or full not in names(collective) + [FUSED[collective].name]:
-        raise ValueError(f"{name!r} is not a flat {collective} algorithm")
+    if full == "auto":
+        raise ValueError(f"{name!r} is not a {collective} algorithm")
     return full
 
 
 def load_table(path):
     """The decision table in the JSON file ``path``, its algorithm names checked against this
     registry; tuning.TuningError naming the file and the problem."""
-    return tuning.load(path, flat_name)
+    return tuning.load(path, row_name)
 
 
 def names(collective):
@@ -240,79 +244,65 @@ def resolve_name(collective, name):
     return full
 
 
-def decide(collective, requested, size, count, nbytes, uniform=True, source="requested", checked=False,
-           spans=False, table=None, fused_bytes=FUSED_BYTES):
-    """(Algorithm, reason): ``requested`` when it applies, else the ``auto`` choice.
+def decide(collective, requested, shape, topology, source="requested", checked=False, table=None):
+    """(Algorithm, reason): ``requested`` when it applies to a call of ``shape`` on
+    ``topology``, else the ``auto`` choice.
 
     ``source`` says where a named request came from (per call, per Comm, environment); the
     reason names it, or the table row, restriction or fallback that chose.  ``checked``: the
-    cross-rank check is on, which lets ``auto`` take the fused form.  ``spans``: the
-    communicator spans several nodes, where SPREAD_AUTO's rows come after the fused ones.
-    ``table``: the decision table's path, empty for the shipped one; a Comm passes the
-    COLLECTIVES_TUNING it read when made, and None (tools without a Comm) reads it now.
-    ``fused_bytes``: the most a fused form carries on the communicator.
+    cross-rank check is on, which lets ``auto`` take the fused form.  ``table``: the decision
+    table's path, empty for the shipped one; a Comm passes the COLLECTIVES_TUNING it read when
+    made, and None (tools without a Comm) reads it now.
     """
     name = resolve_name(collective, requested)
     fell_back = ""
     if name != "auto":
         algo = _BY_NAME[name]
-        reason = ("needs more than one node with several ranks on some node" if algo.node_aware
-                  else algo.applies(size, count, uniform, nbytes, fused_bytes))
+        reason = algo.applies(shape, topology)
         if reason is None:
             return algo, f"{name} ({source})"
         log.info("collectives: %s does not apply (%s); falling back to auto", name, reason)
         fell_back = f"{name} ({source}) does not apply: {reason}; "
-    table = tuning.active(config.get("COLLECTIVES_TUNING") if table is None else table, flat_name)
+        if algo.node_aware and shape.count:
+            for other in NODE_ALGORITHMS.get(collective, ()):
+                if other.applies(shape, topology) is None:
+                    return other, f"{fell_back}the node-aware {other.name} does"
+    table = tuning.active(config.get("COLLECTIVES_TUNING") if table is None else table, row_name)
     skipped = []
-    rows = table.lookup(collective, size, nbytes)
-    spread = SPREAD_AUTO.get(collective, ()) if spans else ()
-    if spread:
-        rows = [row for row in rows if _BY_NAME[row.algorithm].fused is not None]
-    for row in rows:
+    for row in table.lookup(collective, topology, shape.nbytes):
         algo = _BY_NAME[row.algorithm]
-        why = (algo.applies(size, count, uniform, nbytes, fused_bytes) if checked or algo.fused is None
-               else "needs the cross-rank check on: the fused form is that check")
+        if algo.fused is not None and not checked:
+            why = "needs the cross-rank check on: the fused form is that check"
+        elif algo.node_aware and not shape.count:
+            why = "moves no data: the call has none"
+        else:
+            why = algo.applies(shape, topology)
         if why is None:
             return algo, (f"{fell_back}auto: {collective} {row.describe()} of {table.path}"
                           + "".join(f"; skipped {s}" for s in skipped))
         skipped.append(f"{row.describe()} ({row.algorithm}: {why})")
-    for max_bytes, spread_name in spread:
-        algo = _BY_NAME[spread_name]
-        if (max_bytes is None or nbytes <= max_bytes) and algo.applies(size, count, uniform, nbytes) is None:
-            return algo, (f"{fell_back}auto across nodes: registry.SPREAD_AUTO "
-                          f"(bytes ..{'' if max_bytes is None else max_bytes})"
-                          + "".join(f"; skipped {s}" for s in skipped))
-    algo = next(a for a in ALGORITHMS[collective] if a.applies(size, count, uniform) is None)
-    return algo, (f"{fell_back}auto: no usable {collective} row of {table.path} for {size} ranks and "
-                  f"{nbytes} bytes{''.join(f'; skipped {s}' for s in skipped)}; first applicable algorithm")
+    algo = next(a for a in ALGORITHMS[collective] if a.applies(shape, topology) is None)
+    return algo, (f"{fell_back}auto: no usable {collective} row of {table.path} for {topology.size} ranks and "
+                  f"{shape.nbytes} bytes{''.join(f'; skipped {s}' for s in skipped)}; first applicable algorithm")
 
 
-def decide_for(collective, per_call, per_comm, per_env, size, count, nbytes, uniform=True, checked=False,
-               spans=False, table=None, nodes=None, fused_bytes=FUSED_BYTES):
+def decide_for(collective, per_call, per_comm, per_env, shape, topology, checked=False, table=None):
     """(Algorithm, reason) for a call: its ``algorithm=``, else the Comm's, else ``per_env``
-    (the Comm's snapshot of COLLECTIVES_<COLLECTIVE>), else ``auto`` (``checked``, ``spans``
-    and ``table`` as for ``decide``).  ``nodes``: the communicator's collectives.node.Nodes
-    when it spans several nodes with several ranks on some node; the node-aware rows
-    (NODE_ALGORITHMS, NODE_AUTO) then come first for a call that moves data; ``fused_bytes``
-    as for ``decide``."""
+    (the Comm's snapshot of COLLECTIVES_<COLLECTIVE>), else ``auto`` (``shape``, ``topology``,
+    ``checked`` and ``table`` as for ``decide``)."""
     requested, source = "auto", "requested"
     for name, where in ((per_call, "per call"), (per_comm, "per Comm"),
                         (per_env, f"COLLECTIVES_{collective.upper()}")):
         if resolve_name(collective, name) != "auto":
             requested, source = name, where
             break
-    if nodes is not None and count and collective in NODE_AUTO and may_be_node_aware(resolve_name(collective, requested)):
-        algo = select_node(collective, requested, nbytes, nodes.uniform)
-        if algo is not None:
-            if resolve_name(collective, requested) == algo.name:
-                return algo, f"{algo.name} ({source})"
-            return algo, f"auto across nodes: registry.NODE_AUTO (bytes {nbytes}, nodes of {nodes.counts} ranks)"
-    return decide(collective, requested, size, count, nbytes, uniform, source, checked, spans, table, fused_bytes)
+    return decide(collective, requested, shape, topology, source, checked, table)
 
 
 def select(collective, requested, size, count, nbytes, uniform=True, checked=False):
-    """The Algorithm to run: ``requested`` when it applies, else the ``auto`` choice."""
-    return decide(collective, requested, size, count, nbytes, uniform, checked=checked)[0]
+    """The Algorithm to run for a call on one node of ``size`` ranks: ``requested`` when it
+    applies, else the ``auto`` choice."""
+    return decide(collective, requested, Shape(count, nbytes, uniform), Topology(size), checked=checked)[0]
 
 
 # Bytes a cached plan holds besides its steps: two array headers (the steps are a reshaped

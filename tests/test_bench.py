@@ -230,14 +230,14 @@ def test_state_probe(mpi_comm, capsys):
 
 def test_rows_of_auto_and_default_name_the_algorithm_they_ran(mpi_comm):
     from collectives import config
-    from collectives.registry import decide_for
+    from collectives.registry import Shape, Topology, decide_for
 
     n = 64 << 10
     result = harness.sweep(mpi_comm, "allreduce", [n], **QUICK)
     ran = {row["algorithm"]: row.get("ran") for row in result["rows"]}
     # The registry's choice for the call (COLLECTIVES_ALLREDUCE, if the matrix sets it, names both).
     for name, checked in ((cases.AUTO, False), (cases.DEFAULT, True)):
-        assert ran[name] == decide_for("allreduce", None, None, config.get("COLLECTIVES_ALLREDUCE"), mpi_comm.size,
-                                       n // 4, n, checked=checked)[0].name
+        assert ran[name] == decide_for("allreduce", None, None, config.get("COLLECTIVES_ALLREDUCE"),
+                                       Shape(n // 4, n), Topology(mpi_comm.size), checked=checked)[0].name
         assert ran[ran[name]] is None  # a row by that name exists, and it is not one of these two
     assert {name for name, r in ran.items() if r is not None} == {cases.AUTO, cases.DEFAULT}

@@ -152,7 +152,7 @@ def test_node_allreduce_makes_the_phases_it_describes(monkeypatch, algorithm, sp
 
 @pytest.mark.parametrize("spec", ["3,1", "1,2,2"])
 def test_auto_takes_node_leader_where_hierarchical_does_not_apply(monkeypatch, spec):
-    # Nodes of different sizes: NODE_AUTO's hierarchical row does not apply, its last row does.
+    # Nodes of different sizes: the table's hierarchical row does not apply, its node_leader row does.
     p = MPI.COMM_WORLD.size
     buf = np.ones((1 << 20) // 8)
     with _node_comm(monkeypatch, spec) as comm:
@@ -178,7 +178,7 @@ def test_auto_picks_node_aware_only_across_nodes(monkeypatch, nbytes, expected):
         assert np.all(buf == p)
 
 
-# auto's flat choice on a communicator that spans nodes (registry.SPREAD_AUTO), written out:
+# auto's flat choice on a communicator that spans nodes (the table's rows keyed by nodes), written out:
 # recursive doubling up to 64 KiB, the ring above; with the check on, the fused form up to the most
 # a fused collective carries (collectives.eager; exchange.FUSED_DEFAULT across nodes).
 SPREAD_CHOICE = [(8, "allreduce_recursive_doubling"), (4096, "allreduce_recursive_doubling"),
@@ -216,9 +216,9 @@ def test_flat_choice_across_nodes(monkeypatch, spec, check, first):
                 assert comm.last_algorithm in NODE_ALGORITHMS, nbytes
             elif spans:
                 assert comm.last_algorithm == across, nbytes
-                assert why.startswith(f"{across}: auto across nodes: registry.SPREAD_AUTO"), why
+                assert why.startswith(f"{across}: auto: allreduce row") and "nodes 2.." in why, why
             else:
-                assert "SPREAD_AUTO" not in why and "tuning.json" in why, why
+                assert "nodes 2.." not in why and "tuning.json" in why, why
 
 
 def test_forced_node_algorithm_on_one_node_falls_back():

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from collectives.plans import split_messages
-from collectives.registry import ALGORITHMS
+from collectives.registry import ALGORITHMS, Shape, Topology
 from collectives.schedule import (ACC, COPY, IN, INT_MAX, IRECV, ISEND, NONE, OUT, REDUCE, SENDRECV, TMP,
                                   WAITALL, Schedule, displacements)
 
@@ -308,7 +308,7 @@ def _rooted_cases(algorithm, p):
     """
     for counts in _counts(p):
         uniform = len(set(counts)) == 1
-        if algorithm.applies(p, sum(counts), uniform) is not None:
+        if algorithm.applies(Shape(sum(counts), sum(counts), uniform), Topology(p)) is not None:
             continue
         for root in range(p):
             def args(r, counts=counts, root=root, uniform=uniform):

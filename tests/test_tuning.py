@@ -79,13 +79,17 @@ def test_tune_builds_ranges_from_measured_winners():
     # Unmeasured collectives get a row for every call.
     assert [r.algorithm for r in table.lookup("gather", 64, 1 << 30)] == ["gather_linear"]
     # With a base table, its rows follow the measured ones: the choice beyond what was measured;
-    # its fused row (taken only with the check on, which the sweep does not measure) stays first.
+    # its fused row (taken only with the check on, which the sweep does not measure) and its
+    # rows of several nodes (which a sweep on one node does not measure) stay first.
     base = registry.load_table(tune.BASE)
     based = tune.build(sweeps, 0.03, {}, base=base)
     base_rows = [r.as_json() for r in base.rows["allreduce"]]
     fused = [{"ranks": [1, None], "bytes": [0, FUSED_BYTES], "algorithm": "allreduce_fused"}]
     assert base_rows[:1] == fused
-    assert [r.as_json() for r in based.rows["allreduce"]] == fused + got[:4] + base_rows[1:]
+    layouts = [row for row in base_rows if "nodes" in row]
+    assert layouts and base_rows[1:1 + len(layouts)] == layouts
+    assert [r.as_json() for r in based.rows["allreduce"]] == (fused + layouts + got[:4]
+                                                             + base_rows[1 + len(layouts):])
     assert based.lookup("allreduce", 64, 8)[0].algorithm == base.lookup("allreduce", 64, 8)[0].algorithm
     assert [r.algorithm for r in based.rows["gather"]] == [r.algorithm for r in base.rows["gather"]]
 
@@ -193,8 +197,10 @@ def test_explain_mode_prints_a_line_per_call(monkeypatch, capsys):
     ({"allreduc": []}, "unknown collective 'allreduc'"),
     ({"allreduce": [{"ranks": [1, None], "bytes": [0, None], "algorithm": "rings"}]},
      "collectives.allreduce[0].algorithm: unknown allreduce algorithm 'rings'"),
-    ({"allreduce": [{"ranks": [1, None], "bytes": [0, None], "algorithm": "hierarchical"}]},
-     "collectives.allreduce[0].algorithm: 'hierarchical' is not a flat allreduce algorithm"),
+    ({"allreduce": [{"ranks": [1, None], "bytes": [0, None], "transport": "rdma", "algorithm": "ring"}]},
+     "collectives.allreduce[0].transport: one of p2p, shm, got 'rdma'"),
+    ({"allreduce": [{"ranks": [1, None], "nodes": [0, 2], "bytes": [0, None], "algorithm": "ring"}]},
+     "collectives.allreduce[0].nodes: empty or out of range"),
     ({"allreduce": [{"ranks": [1, None], "bytes": [0, None], "algorithm": "bcast_binomial"}]},
      "unknown allreduce algorithm"),
     ({"bcast": [{"ranks": [4, 2], "bytes": [0, None], "algorithm": "binomial"}]},
@@ -204,7 +210,7 @@ def test_explain_mode_prints_a_line_per_call(monkeypatch, capsys):
      "collectives.bcast[0].bytes: want [low, high] with integer low"),
     ({"bcast": [{"ranks": [1, 2], "algorithm": "binomial"}]}, "collectives.bcast[0]: missing bytes"),
     ({"bcast": [{"ranks": [1, 2], "bytes": [0, 1], "algorithm": "binomial", "x": 1}]},
-     "ranks, bytes and algorithm only"),
+     "ranks, nodes, per_node, bytes, transport, algorithm only"),
 ])
 def test_bad_files_name_the_file_and_the_problem(tmp_path, monkeypatch, content, problem):
     path = tmp_path / "bad.json"
@@ -281,3 +287,21 @@ def test_tune_merges_launches_by_median_p50_and_least_min():
                                          "allreduce_binomial"):
         tune.merge([launch((1.0, 5.0), (0.5, 4.0)),
                     [{"collective": "allreduce", "rows": launch((1.0, 5.0), (0.5, 4.0))[0]["rows"][:1]}]])
+
+
+@pytest.mark.serial
+def test_rows_keyed_by_layout_and_transport():
+    """A row with nodes, per_node or transport covers only the communicators they describe; one
+    without them covers every layout; a node-aware algorithm may be a row's."""
+    table = tuning.parse({"format": tuning.FORMAT, "collectives": {"allreduce": [
+        {"ranks": [1, None], "nodes": [2, None], "per_node": [2, None], "bytes": [0, None], "algorithm": "hierarchical"},
+        {"ranks": [1, None], "nodes": [2, None], "bytes": [0, None], "algorithm": "ring"},
+        {"ranks": [1, None], "bytes": [0, None], "transport": "shm", "algorithm": "binomial"},
+        {"ranks": [1, None], "bytes": [0, None], "algorithm": "recursive_doubling"}]}}, registry.row_name)
+    first = {name: table.lookup("allreduce", topo, 64)[0].algorithm for name, topo in {
+        "2 nodes of 2": registry.Topology(4, (2, 2)), "4 nodes of 1": registry.Topology(4, (1, 1, 1, 1)),
+        "one node, shared": registry.Topology(4, (), True), "one node": registry.Topology(4)}.items()}
+    assert first == {"2 nodes of 2": "allreduce_hierarchical", "4 nodes of 1": "allreduce_ring",
+                     "one node, shared": "allreduce_binomial", "one node": "allreduce_recursive_doubling"}
+    assert table.rows["allreduce"][0].describe() == "row 0 (ranks 1.., nodes 2.., ranks per node 2.., bytes 0..)"
+    assert tuning.parse(table.as_json(), registry.row_name).as_json() == table.as_json()
