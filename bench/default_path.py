@@ -6,8 +6,9 @@ Every row times the three contenders interleaved in one launch: each repetition 
 batch of calls per contender, in a fresh random order (the same on every rank), after a
 native barrier; the table gives
 the median per-call time over repetitions on rank 0 and the ratio native / ours (above 1:
-ours is faster), and the algorithm the default ran.  Rows: float32 all-reduce from 8 B to 16 MiB, the buffer-spec form
-``[buf, count, MPI.FLOAT]`` at 8 B, and bcast, reduce, allgather and barrier at 8 B.
+ours is faster), and the algorithm the default ran.  Rows: float32 all-reduce at 8 B, 1 KiB,
+8 KiB, 64 KiB, 1 MiB and 16 MiB, the buffer-spec form ``[buf, count, MPI.FLOAT]`` at 8 B, and
+bcast, reduce, allgather and barrier at 8 B.
 """
 import argparse
 
@@ -17,7 +18,7 @@ from mpi4py import MPI
 from collectives import Comm
 from .common import environment, human, table
 
-ALLREDUCE_BYTES = (8, 1 << 10, 64 << 10, 1 << 20, 16 << 20)
+ALLREDUCE_BYTES = (8, 1 << 10, 8 << 10, 64 << 10, 1 << 20, 16 << 20)
 
 
 def cases(p):
