@@ -130,6 +130,8 @@ cdef class Call:
     cdef int begin(self, int coll, object method, object algorithm) except -1:
         """Start describing a ``method`` call of collective ``coll`` asking for ``algorithm``."""
         cdef int i
+        if algorithm is not None and (algorithm == "auto" or algorithm == ""):
+            algorithm = None  # auto: what a call naming no algorithm gets
         self.coll, self.method, self.algorithm = coll, method, algorithm
         self.native = self.error = self.op = None
         self.args = ()

@@ -68,6 +68,7 @@ cdef class Engine:
     cdef Ring *ring
     cdef double t_call
 
+    cdef object allreduce_call(self, sendbuf, recvbuf, op, algorithm, bint nonblocking)
     cpdef allreduce_array(self, array, op, algorithm, out)
     cdef bint ready(self) except -1
     cdef Call fresh(self, int coll, object method, object algorithm, bint nonblocking)

@@ -264,6 +264,9 @@ cdef class Engine:
 
     def allreduce(self, sendbuf, recvbuf, op, algorithm, bint nonblocking=False):
         """Allreduce (Iallreduce: ``nonblocking``, a Request)."""
+        return self.allreduce_call(sendbuf, recvbuf, op, algorithm, nonblocking)
+
+    cdef object allreduce_call(self, sendbuf, recvbuf, op, algorithm, bint nonblocking):
         cdef Call c = self.fresh(ALLREDUCE, "Allreduce", algorithm, nonblocking)
         try:
             describe_allreduce(c, sendbuf, recvbuf, op)
@@ -350,7 +353,7 @@ cdef class Engine:
                            f"allreduce: out has shape {out.shape} and dtype {out.dtype}, the result has shape "
                            f"{array.shape} and dtype {array.dtype}"))
             return self.go(c, False)
-        self.allreduce(send_for(array, out), out, op, algorithm)
+        self.allreduce_call(send_for(array, out), out, op, algorithm, False)
         return out
 
     # ---- order: run now, behind the pending nonblocking calls, or queued -----------------
