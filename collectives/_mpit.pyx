@@ -5,8 +5,8 @@ A library publishes its tunables as control variables: MPICH its ``MPIR_CVAR_*``
 Open MPI its MCA parameters (``btl_sm_eager_limit``).  ``integers`` reads the integer ones
 that exist; ``collectives.eager`` learns the point-to-point protocol switches from them.
 """
-from mpi4py.libmpi cimport (MPI_Datatype, MPI_INT, MPI_LONG, MPI_LONG_LONG, MPI_SUCCESS, MPI_THREAD_SINGLE,
-                            MPI_UNSIGNED, MPI_UNSIGNED_LONG, MPI_UNSIGNED_LONG_LONG)
+from mpi4py.libmpi cimport (MPI_Datatype, MPI_INT, MPI_LONG, MPI_LONG_LONG, MPI_Query_thread, MPI_SUCCESS,
+                            MPI_THREAD_SINGLE, MPI_UNSIGNED, MPI_UNSIGNED_LONG, MPI_UNSIGNED_LONG_LONG)
 
 cdef extern from "mpi.h" nogil:
     ctypedef struct _opaque:
@@ -73,8 +73,11 @@ cdef object read_one(bytes name):
 def integers(names):
     """{name: value} of the integer control variables among ``names`` that this MPI library
     has (a variable it lacks, or of another type, is left out); {} when MPI_T is unavailable."""
-    cdef int provided
-    if MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS:
+    cdef int provided, level = MPI_THREAD_SINGLE
+    # The tool interface asks for the level MPI runs at: Open MPI 5 takes MPI_T's level as the
+    # process's, and MPI_Query_thread then reports it (single) once MPI_T is finalized.
+    MPI_Query_thread(&level)
+    if MPI_T_init_thread(level, &provided) != MPI_SUCCESS:
         return {}
     try:
         found = {}

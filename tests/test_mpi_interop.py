@@ -20,6 +20,15 @@ def test_a_comm_is_an_intracomm_sharing_the_handle(mpi_comm):
         assert collectives.wrap(c) is c
 
 
+def test_making_a_comm_keeps_mpis_thread_level(mpi_comm):
+    """A Comm reads MPI's control variables through MPI_T when it is made; the thread level
+    MPI reports stays the one it was initialised with (Open MPI 5 took MPI_T's as its own)."""
+    before = MPI.Query_thread()
+    with Comm(mpi_comm) as comm:
+        comm.Barrier()
+    assert MPI.Query_thread() == before
+
+
 def test_mpi_io_writes_and_reads_back(mpi_comm, tmp_path):
     path = mpi_comm.bcast(str(tmp_path / "blocks.bin"))
     with Comm(mpi_comm) as c:
