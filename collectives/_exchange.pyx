@@ -65,8 +65,8 @@ cdef int settle(MPI_Comm comm, int tag, MPI_Request *reqs, const char *is_recv, 
                 if phase < 3:
                     rc = MPI_Ibarrier(comm, &bar)
             elif monotonic() - since > limit:
-                give_up(reqs, nreq)
-                give_up(&bar, 1)
+                give_up(reqs, nreq, is_recv)
+                give_up(&bar, 1, NULL)
                 return TIMED_OUT
             else:
                 sched_yield()
@@ -116,7 +116,7 @@ cdef int x_wait(Exchange *x, MPI_Request *reqs, MPI_Status *sts) noexcept nogil:
     into no buffer later)."""
     cdef int rc = wait_requests(x.nreq, reqs, x.is_recv, &x.w, sts)
     if rc == TIMED_OUT:
-        give_up(reqs, x.nreq)
+        give_up(reqs, x.nreq, x.is_recv)
     return rc
 
 
@@ -213,9 +213,9 @@ cdef int x_trade(Exchange *x, int to, bint send_first, int source, Py_ssize_t *g
             if rc == MPI_SUCCESS:
                 rc = x_rest(x, source, reqs, sts, first, last, got)
         if rc != MPI_SUCCESS and x.nreq:
-            give_up(reqs, x.nreq)
+            give_up(reqs, x.nreq, x.is_recv)
     elif rc != MPI_SUCCESS and x.nreq:
-        give_up(reqs, x.nreq)
+        give_up(reqs, x.nreq, x.is_recv)
     if rc == MPI_SUCCESS and x.nreq:
         rc = x_wait(x, reqs, sts)
         counted = first + 1
@@ -226,7 +226,7 @@ cdef int x_trade(Exchange *x, int to, bint send_first, int source, Py_ssize_t *g
             if rc == MPI_SUCCESS and x.nreq > counted:
                 rc = x_wait(x, reqs, sts)
             elif rc != MPI_SUCCESS and x.nreq:
-                give_up(reqs, x.nreq)
+                give_up(reqs, x.nreq, x.is_recv)
         if rc == MPI_SUCCESS and source >= 0:
             for i in range(counted, x.nreq):
                 if x.is_recv[i] & 1:

@@ -99,7 +99,7 @@ cdef int run_steps(MPI_Comm comm, const int64_t *steps, Py_ssize_t begin, Py_ssi
         if rc != MPI_SUCCESS:
             failed[0] = i
             if rc == TIMED_OUT:
-                give_up(reqs, nreq[0])
+                give_up(reqs, nreq[0], is_recv)
             elif rc != -1:
                 abandon(reqs, is_recv, nreq[0])
             return rc
@@ -174,7 +174,7 @@ cdef int run_checked(MPI_Comm comm, const int64_t *steps, Py_ssize_t nsteps, cha
                 if rc == MPI_SUCCESS:
                     xrc = x_run(x, rank, p)
                     if xrc != MPI_SUCCESS:
-                        give_up(reqs, nstarted)
+                        give_up(reqs, nstarted, is_recv)
                     elif not x_agrees(x):
                         agreed = False
                         x.nreq = 0

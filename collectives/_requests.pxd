@@ -30,7 +30,7 @@ cdef int poll_all(int n, MPI_Request *reqs, double limit, double *waited,
                   MPI_Status *statuses=*) noexcept nogil
 cdef int wait_requests(int n, MPI_Request *reqs, char *is_recv, Watch *w,
                        MPI_Status *statuses=*) noexcept nogil
-cdef void give_up(MPI_Request *reqs, int nreq) noexcept nogil
+cdef void give_up(MPI_Request *reqs, int nreq, const char *is_recv) noexcept nogil
 cdef void abandon(MPI_Request *reqs, const char *is_recv, int nreq) noexcept nogil
 cdef int start_request(bint recv, char *at, int count, MPI_Datatype t, int peer, int tag,
                        MPI_Comm comm, MPI_Request *reqs, char *is_recv, Watch *w,

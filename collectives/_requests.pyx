@@ -4,8 +4,8 @@
 Every wait of a schedule or of the checked exchange polls ``MPI_Testall`` (``poll_all``): it
 spins, then yields the core, then sleeps with a doubling pause, so a long stall costs no CPU,
 and it gives up after the stall watchdog's limit (``collectives.watchdog``), returning
-TIMED_OUT.  A request given up is cancelled and, if the MPI cannot cancel it, released
-(``give_up``), so that MPI writes into no buffer later.  Unwatched, the waits poll too, with a
+TIMED_OUT.  A receive given up is cancelled, and any request that still has not completed
+is released (``give_up``), so that MPI writes into no buffer later.  Unwatched, the waits poll too, with a
 limit never reached: ``MPI_Testall`` in a loop answers a small message sooner than MPICH's
 blocking calls.
 """
@@ -81,13 +81,15 @@ cdef int wait_requests(int n, MPI_Request *reqs, char *is_recv, Watch *w,
     return rc
 
 
-cdef void give_up(MPI_Request *reqs, int nreq) noexcept nogil:
-    """After expiry: cancel every request, give them GRACE_S to complete, then release the
-    ones that did not (a send the MPI cannot cancel): MPI writes into no buffer later."""
+cdef void give_up(MPI_Request *reqs, int nreq, const char *is_recv) noexcept nogil:
+    """After expiry: cancel every receive (``is_recv[i] & 1``; NULL: none is), give the
+    requests GRACE_S to complete, then release the ones that did not: MPI writes into no
+    buffer later.  Sends are not cancelled (MPI-4 deprecates it, and MPICH over UCX crashes in
+    it); a send released unfinished only reads its buffer."""
     cdef int i
     cdef double waited
     for i in range(nreq):
-        if reqs[i] != MPI_REQUEST_NULL:
+        if is_recv != NULL and is_recv[i] & 1 and reqs[i] != MPI_REQUEST_NULL:
             MPI_Cancel(&reqs[i])
     if poll_all(nreq, reqs, _grace_s, &waited) == TIMED_OUT:
         for i in range(nreq):

@@ -122,8 +122,9 @@ def poll(test, limit):
 
 def watched(requests, limit, peers, what, step, rank, test=None):
     """Complete mpi4py ``requests`` (``test()`` when given, else Testall) or, after ``limit``
-    seconds without that, cancel or release them all and raise StallError naming ``what``,
-    ``step``, ``rank`` and the (rank, kind) in ``peers`` of each request still pending."""
+    seconds without that, cancel the receives (sends are not cancelled: as collectives._requests's
+    give_up), release what still pends, and raise StallError naming ``what``, ``step``, ``rank``
+    and the (rank, kind) in ``peers`` of each request still pending."""
     from mpi4py import MPI
 
     started = time.monotonic()
@@ -131,8 +132,8 @@ def watched(requests, limit, peers, what, step, rank, test=None):
         return
     waited = time.monotonic() - started
     late = [peer for req, peer in zip(requests, peers) if req and not req.Test()]
-    for req in requests:
-        if req:
+    for req, (_, kind) in zip(requests, peers):
+        if req and kind == "receive":
             req.Cancel()
     if not poll(lambda: MPI.Request.Testall(requests), GRACE_S):
         for req in requests:
