@@ -92,13 +92,20 @@ test-start:
 #   communicator size that chooses an algorithm's code path.
 # The launch at WATCHED_NP ranks runs with the stall watchdog on (a limit that must never fire,
 # even oversubscribed), so every collective test also covers the watched path benchmarks measure.
+# The shared-memory engine is off by default when ranks outnumber cores (collectives.shm); the
+# launches at SHM_NPS force it on, so it is tested at every rank count, and the one at P2P_NP
+# forces it off, so the point-to-point path and its check are tested on one node too.
 FULL_NPS ?= 3 4
 WATCHED_NP ?= 4
 WATCHED_TIMEOUT ?= 120
+SHM_NPS ?= 3 4 8
+P2P_NP ?= 5
 PYTEST := $(PY) -m pytest -p no:cacheprovider -q
 test-native: build
 	@for n in $(NPS); do \
 	  watch=; [ $$n = "$(WATCHED_NP)" ] && watch=COLLECTIVES_TIMEOUT=$(WATCHED_TIMEOUT); \
+	  case " $(SHM_NPS) " in *" $$n "*) watch="$$watch COLLECTIVES_SHM=1";; esac; \
+	  [ $$n = "$(P2P_NP)" ] && watch="$$watch COLLECTIVES_SHM=0"; \
 	  matrix=reduced; case " $(FULL_NPS) " in *" $$n "*) matrix=full;; esac; \
 	  serial=skip; [ $$n = 1 ] && serial=run; \
 	  echo "== pytest at $$n rank(s), $$matrix matrix, serial tests: $$serial$${watch:+, $$watch}"; \

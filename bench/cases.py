@@ -15,7 +15,7 @@ from mpi4py import MPI
 
 import collectives
 from collectives import compression
-from collectives.registry import Shape, Topology
+from collectives.registry import SHM, Shape, Topology
 
 # Per collective: the mpi4py method (ours has the same name), the nccl-tests bus-bandwidth
 # factor, and whether every rank holds 1/p of the data (so counts are multiples of p).
@@ -196,24 +196,27 @@ def counts_for(collective, size_list, p, itemsize=4):
     return sorted(set(out))
 
 
-def contenders(collective, comm, count, algorithms=("all",), itemsize=4):
+def contenders(collective, comm, count, algorithms=("all",), itemsize=4, shared=0):
     """(name, key or None, reason) for native, default, auto and the chosen algorithms; None
     where one cannot run.  ``algorithms``: ``all`` (every one), ``auto``, ``native`` or names,
     full or without the collective's prefix (names of other collectives are ignored); native,
-    default and auto are always measured where we have the collective."""
+    default and auto are always measured where we have the collective.  ``shared``: the bytes a
+    phase of the benchmark Comm's shared segment carries, 0 when it has none."""
     rows = [(NATIVE_LABEL, "native", None)]
     if collective not in collectives.ALGORITHMS:
         return rows
     rows += [(DEFAULT, DEFAULT, None), (AUTO, AUTO, None)]
-    named = collectives.ALGORITHMS[collective]
+    named = collectives.ALGORITHMS[collective] + SHM[collective]
     if "all" not in algorithms:
         wanted = set(algorithms) | {f"{collective}_{a}" for a in algorithms}
         named = [algo for algo in named if algo.name in wanted]
     arg = count * itemsize if collective == "bcast" else count
+    # The shared-memory rows apply where the benchmark's Comm maps a segment (collectives.shm).
+    topology = Topology(comm.size, shared=shared)
     for algo in named:
         if importlib.util.find_spec(f"collectives.algorithms.{algo.name}") is None:
             rows.append((algo.name, None, "not implemented yet"))
         else:
-            reason = algo.applies(Shape(arg, count * itemsize), Topology(comm.size))
+            reason = algo.applies(Shape(arg, count * itemsize), topology)
             rows.append((algo.name, None if reason else algo.name, reason))
     return rows

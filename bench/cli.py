@@ -97,10 +97,11 @@ def tests_of(names, ap):
 
 def known_algorithm(name, tests):
     """Whether ``name`` is all/auto/native/default or an algorithm of one of ``tests``."""
-    from collectives.registry import ALGORITHMS
+    from collectives.registry import ALGORITHMS, SHM
 
     return name in ("all", "auto", "native", "default") or any(
-        algo.name in (name, f"{test}_{name}") for test in tests for algo in ALGORITHMS.get(test, ()))
+        algo.name in (name, f"{test}_{name}") for test in tests
+        for algo in ALGORITHMS.get(test, []) + SHM.get(test, []))
 
 
 def size_range(args):

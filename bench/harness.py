@@ -190,7 +190,8 @@ def sweep(comm, collective, size_list, *, algorithms=("all",), dtype="float32", 
             nbytes = cases[places[0]].nbytes
             if progress:
                 progress(f"{collective} np={p}: size {i + 1}/{len(counts)}, {human(nbytes)}")
-            named = contenders(collective, comm, count, algorithms, np.dtype(dtype).itemsize)
+            named = contenders(collective, comm, count, algorithms, np.dtype(dtype).itemsize,
+                               ours._engine.segment.cap if ours._engine.segment is not None else 0)
             skipped += [{"size": nbytes, "algorithm": n, "reason": why}
                         for n, key, why in named if key is None]
             live = [(n, key, place) for n, key, _ in named if key is not None for place in places]

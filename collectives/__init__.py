@@ -25,8 +25,8 @@ from .comm import Cartcomm, Comm, Distgraphcomm, Graphcomm, wrap
 from .functional import (allgather, allreduce, barrier, bcast, gather, iallreduce, reduce,
                          reduce_scatter, scatter)
 from .nonblocking import Request
-from .registry import ALGORITHMS, names
+from .registry import ALGORITHMS, names, shm_names
 
-__all__ = ["Comm", "Cartcomm", "Graphcomm", "Distgraphcomm", "abort_on_error", "Request", "ALGORITHMS", "names", "wrap", "p2p", "allreduce", "iallreduce",
+__all__ = ["Comm", "Cartcomm", "Graphcomm", "Distgraphcomm", "abort_on_error", "Request", "ALGORITHMS", "names", "shm_names", "wrap", "p2p", "allreduce", "iallreduce",
            "bcast", "reduce", "allgather", "reduce_scatter", "gather", "scatter", "barrier"]
 __version__ = "0.1.0"

@@ -84,9 +84,17 @@ cdef int check_type(object name, const Arg *send, const Arg *recv) except -1:
 cdef Py_ssize_t root_of(object root, Py_ssize_t size, object name) except -1:
     """``root`` checked: TypeError when it is not an integer (as mpi4py), ValueError when it
     names no rank (mpi4py leaves that to MPI, whose MPI.Exception says ERR_ROOT)."""
-    if not (type(root) is int or isinstance(root, (int, np.integer))) or isinstance(root, bool):
+    cdef Py_ssize_t r
+    if type(root) is int:
+        try:
+            r = root
+        except OverflowError:
+            r = -1
+        if 0 <= r < size:
+            return r
+    elif not isinstance(root, (int, np.integer)) or isinstance(root, bool):
         raise TypeError(f"{name}: root must be an integer, got {root!r}")
-    if 0 <= root < size:
+    elif 0 <= root < size:
         return root
     raise ValueError(f"{name}: invalid root {root!r} for a communicator of size {size}")
 

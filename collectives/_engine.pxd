@@ -5,6 +5,7 @@ from mpi4py cimport MPI
 
 from collectives._call cimport Call, Copy
 from collectives._exchange cimport X_HEADER, Exchange
+from collectives._shm cimport Segment, shm_seg
 from collectives._timeline cimport Recorder, Ring
 
 cdef enum:
@@ -19,6 +20,7 @@ cdef class _Plan:
     cdef Py_ssize_t nsteps, nreq, tmp_count
     cdef int algo
     cdef int fused     # the exchange's payload kind of a fused collective, else -1
+    cdef int shm       # the form of a shared-memory plan (constants.SHM_FORMS), else -1
     cdef Py_ssize_t lead  # the leading rows that may start before the exchange (plans.leading)
     cdef bint reads_in
     cdef object name, reason, node_aware
@@ -55,6 +57,10 @@ cdef class Engine:
     cdef int width, nvec
     cdef int64_t *vec  # the header of x.mine
     cdef Exchange x
+    cdef int nf        # the fields of the fingerprint in x.mine
+    # The node's shared segment (collectives.shm; None: none), and its C side (NULL: none).
+    cdef readonly Segment segment
+    cdef shm_seg *shm
     cdef object vec_array, body_array  # NumPy views of x.mine for the exchange's twin
     cdef unsigned long queue_thread  # the thread running a queued call, or 0
     # The Call of the blocking calls that run at once (``call_busy`` while one does).
@@ -68,7 +74,14 @@ cdef class Engine:
     cdef Ring *ring
     cdef double t_call
 
-    cdef object allreduce_call(self, sendbuf, recvbuf, op, algorithm, bint nonblocking)
+    cpdef allreduce(self, sendbuf, recvbuf, op, algorithm, bint nonblocking=*)
+    cpdef bcast(self, buf, root, algorithm, bint nonblocking=*)
+    cpdef reduce(self, sendbuf, recvbuf, op, root, algorithm, bint nonblocking=*)
+    cpdef allgather(self, sendbuf, recvbuf, algorithm, bint nonblocking=*)
+    cpdef allgatherv(self, sendbuf, recvbuf, algorithm, bint nonblocking=*)
+    cpdef reduce_scatter(self, sendbuf, recvbuf, recvcounts, op, algorithm, bint block, bint nonblocking=*)
+    cpdef rooted(self, method, sendbuf, recvbuf, root, algorithm, bint nonblocking=*)
+    cpdef barrier(self, algorithm, bint nonblocking=*)
     cpdef allreduce_array(self, array, op, algorithm, out)
     cdef bint ready(self) except -1
     cdef Call fresh(self, int coll, object method, object algorithm, bint nonblocking)
@@ -88,6 +101,8 @@ cdef class Engine:
     cdef int refuse(self, int coll, object exc) except -1
     cdef int gather_counts(self, Call c) except -1
     cdef int launch(self, Call c, _Plan pl, char *acc, char *inp, bint early=*) except -1
+    cdef int in_segment(self, Call c, _Plan pl) except -1
+    cdef int shm_failed(self, int rc, object collective, object algorithm) except -1
     cdef void done(self, Call c, _Plan pl)
     cdef void say(self, int coll, object text)
     cdef object native(self, Call c)

@@ -14,11 +14,14 @@ A call goes down the layers once:
 * **agree**: with the check on, the checked exchange of the call's fingerprint (the fields
   ``collectives.agreement`` describes), which for a fused plan carries the data and is the
   collective; a rank whose description failed takes part with its error flag set, so the
-  others raise "invalid arguments on another rank" instead of waiting;
+  others raise "invalid arguments on another rank" instead of waiting.  On a Comm with a
+  shared segment every agreement is a phase in the segment instead, the same fold of the same
+  fields: a call that runs point-to-point and one that runs in the segment meet there;
 * **execute**: the copies the Call names around the schedule, and the schedule, in
   ``collectives._executor`` without the GIL, or with ``pure`` (COLLECTIVES_PUREPYTHON=1) in
   ``schedule.run_python`` and ``exchange.exchange``, the NumPy twins: the fallback shares
-  everything above the leaves;
+  everything above the leaves; or a shared-memory plan in the node's segment (csrc/shm.c),
+  whose first phase carries the fingerprint, so the check is no exchange of its own;
 * **record**: the algorithm that ran, the timeline's records and COLLECTIVES_EXPLAIN's line.
 
 A call no algorithm covers runs MPI's own collective on the private communicator after the
@@ -45,13 +48,17 @@ from collectives._call cimport (B_BODY, B_STAGE, C_BYTES, C_NONE, C_PACK, C_UNPA
 from collectives._csrc cimport ck_itemsize
 from collectives._exchange cimport X_PIECES, x_agrees, x_checked
 from collectives._executor cimport MAX_BUFS, run_checked
-from collectives._requests cimport NEVER_S, monotonic
+from collectives._requests cimport NEVER_S, label, monotonic
+from collectives._shm cimport (SHM_BAD_OP, SHM_DISAGREED, SHM_TIMED_OUT, release_gil, shm_agree, shm_allgather,
+                               shm_allreduce, shm_arrived, shm_barrier, shm_bcast, shm_gather, shm_reduce,
+                               shm_reduce_scatter, shm_scatter, take_gil)
 from collectives._timeline cimport CALL, CHECK, TRANSFER, put
 from collectives import exchange as _twin
 from collectives._executor import ScheduleError
 from collectives.agreement import COLLECTIVE_INDEX, Disagreement, disagreement
 from collectives.cache import ByteLRU
-from collectives.constants import ACC, COLLECTIVES, COUNTS, IN, INDEX, NBUFS as _NBUFS, OUT, TAG_EXCHANGE, TAGS, TMP
+from collectives.constants import (ACC, COLLECTIVES, COUNTS, IN, INDEX, NBUFS as _NBUFS, OUT, SHM_DIRECT as _SHM_DIRECT,
+                                   TAG_EXCHANGE, TAGS, TMP)
 from collectives.exchange import FUSED_BYTES, FUSED_DEFAULT
 from collectives.nonblocking import Progress, completed
 from collectives.ops import DTYPE_CODE
@@ -72,6 +79,9 @@ cdef int GATHER = INDEX["gather"], SCATTER = INDEX["scatter"], BARRIER = INDEX["
 cdef int BYTE_CODE = DTYPE_CODE[np.dtype(np.uint8)]
 cdef int ACC_BUF = ACC, TMP_BUF = TMP, IN_BUF = IN, OUT_BUF = OUT, NBUFS = _NBUFS
 cdef object _COUNTS_INDEX = COLLECTIVE_INDEX[COUNTS]
+cdef int SHM_DIRECT = _SHM_DIRECT
+# A call in the shared segment of at most this many bytes runs holding the GIL (in_segment).
+cdef Py_ssize_t GIL_HELD_BYTES = 1 << 16
 log = logging.getLogger("collectives")
 
 cdef extern from *:
@@ -132,6 +142,37 @@ cdef void move_blocks(char *dst, const Py_ssize_t *dst_at, const char *src, cons
         memcpy(dst + dst_at[i] * size, src + src_at[i] * size, counts[i] * size)
 
 
+cdef void poke_mpi(shm_seg *s) noexcept nogil:
+    """A turn of the MPI library's progress engine while a phase waits (shm_seg.poke), on the
+    Comm's private communicator: a peer blocked in a passive-target lock of this rank's window,
+    say, is granted it, and then arrives."""
+    cdef int flag = 0
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, (<MPI_Comm *>s.poke_arg)[0], &flag, MPI_STATUS_IGNORE)
+
+
+cdef int run_in_segment(shm_seg *s, int coll, int form, int64_t *v, int nf, int w, bint chk, char *inp, char *out,
+                        size_t count, size_t nbytes, int dtype, int op, int root, int64_t *words, size_t block,
+                        size_t chunk) noexcept nogil:
+    """One collective in the segment (csrc/shm.h): ``words`` are an all-gather's block bytes
+    and offsets, or a reduce-scatter's counts; ``block`` a gather's or scatter's block."""
+    cdef size_t slice_ = 0 if form == SHM_DIRECT else chunk
+    if coll == ALLREDUCE:
+        return shm_allreduce(s, v, nf, w, chk, inp, out, count, dtype, op, slice_)
+    if coll == BCAST:
+        return shm_bcast(s, v, nf, w, chk, out, nbytes, root, chunk)
+    if coll == REDUCE_:
+        return shm_reduce(s, v, nf, w, chk, inp, out, count, dtype, op, root, slice_)
+    if coll == ALLGATHER:
+        return shm_allgather(s, v, nf, w, chk, inp, out, words, words + s.size, chunk)
+    if coll == REDUCE_SCATTER:
+        return shm_reduce_scatter(s, v, nf, w, chk, inp, out, words, dtype, op, slice_)
+    if coll == GATHER:
+        return shm_gather(s, v, nf, w, chk, inp, out, block, root, chunk)
+    if coll == SCATTER:
+        return shm_scatter(s, v, nf, w, chk, inp, out, block, root, chunk)
+    return shm_barrier(s, v, nf, w, chk)
+
+
 cdef class QueuedCall:
     """A described nonblocking call, as the job the progress thread runs when its turn comes."""
     cdef Engine engine
@@ -187,9 +228,13 @@ cdef class Engine:
 
     def __init__(self, MPI.Comm comm, settings, bint check, double timeout, on_timeout, algorithms,
                  nodes, make_plan, bint pure, Recorder timeline=None, Py_ssize_t eager=0,
-                 Py_ssize_t split_most=0, Py_ssize_t fused=FUSED_DEFAULT):
+                 Py_ssize_t split_most=0, Py_ssize_t fused=FUSED_DEFAULT, Segment segment=None):
         cdef int i
         self.comm = comm
+        self.segment = segment
+        self.shm = &segment.s if segment is not None else NULL
+        if self.shm != NULL:
+            self.shm.poke, self.shm.poke_arg = poke_mpi, &self.comm.ob_mpi
         self.timeline = timeline
         self.ring = &timeline.ring if timeline is not None else NULL
         self.rank = comm.Get_rank()
@@ -242,6 +287,8 @@ cdef class Engine:
         self.timeout = limit
         self.x.w.limit = limit if limit > 0 else NEVER_S
         self.x.w.ring = self.ring
+        if self.segment is not None:
+            self.segment.watch(limit)
 
     def __len__(self):
         """Number of cached plans."""
@@ -259,14 +306,15 @@ cdef class Engine:
             self.progress.close()
             self.progress = None
         self.tmp = self.aux = None
+        if self.segment is not None:
+            self.shm = NULL
+            self.segment.close()
+            self.segment = None
 
     # ---- the entry points: describe, then run now or queue -------------------------------
 
-    def allreduce(self, sendbuf, recvbuf, op, algorithm, bint nonblocking=False):
+    cpdef allreduce(self, sendbuf, recvbuf, op, algorithm, bint nonblocking=False):
         """Allreduce (Iallreduce: ``nonblocking``, a Request)."""
-        return self.allreduce_call(sendbuf, recvbuf, op, algorithm, nonblocking)
-
-    cdef object allreduce_call(self, sendbuf, recvbuf, op, algorithm, bint nonblocking):
         cdef Call c = self.fresh(ALLREDUCE, "Allreduce", algorithm, nonblocking)
         try:
             describe_allreduce(c, sendbuf, recvbuf, op)
@@ -274,7 +322,7 @@ cdef class Engine:
             c.refused(exc, (sendbuf, recvbuf, op))
         return self.go(c, nonblocking)
 
-    def bcast(self, buf, root, algorithm, bint nonblocking=False):
+    cpdef bcast(self, buf, root, algorithm, bint nonblocking=False):
         """Bcast (Ibcast)."""
         cdef Call c = self.fresh(BCAST, "Bcast", algorithm, nonblocking)
         try:
@@ -283,7 +331,7 @@ cdef class Engine:
             c.refused(exc, (buf, root))
         return self.go(c, nonblocking)
 
-    def reduce(self, sendbuf, recvbuf, op, root, algorithm, bint nonblocking=False):
+    cpdef reduce(self, sendbuf, recvbuf, op, root, algorithm, bint nonblocking=False):
         """Reduce (Ireduce)."""
         cdef Call c = self.fresh(REDUCE_, "Reduce", algorithm, nonblocking)
         try:
@@ -292,7 +340,7 @@ cdef class Engine:
             c.refused(exc, (sendbuf, recvbuf, op, root))
         return self.go(c, nonblocking)
 
-    def allgather(self, sendbuf, recvbuf, algorithm, bint nonblocking=False):
+    cpdef allgather(self, sendbuf, recvbuf, algorithm, bint nonblocking=False):
         """Allgather (Iallgather)."""
         cdef Call c = self.fresh(ALLGATHER, "Allgather", algorithm, nonblocking)
         try:
@@ -301,7 +349,7 @@ cdef class Engine:
             c.refused(exc, (sendbuf, recvbuf))
         return self.go(c, nonblocking)
 
-    def allgatherv(self, sendbuf, recvbuf, algorithm, bint nonblocking=False):
+    cpdef allgatherv(self, sendbuf, recvbuf, algorithm, bint nonblocking=False):
         """Allgatherv (Iallgatherv)."""
         cdef Call c = self.fresh(ALLGATHER, "Allgatherv", algorithm, nonblocking)
         try:
@@ -310,7 +358,7 @@ cdef class Engine:
             c.refused(exc, (sendbuf, recvbuf))
         return self.go(c, nonblocking)
 
-    def reduce_scatter(self, sendbuf, recvbuf, recvcounts, op, algorithm, bint block, bint nonblocking=False):
+    cpdef reduce_scatter(self, sendbuf, recvbuf, recvcounts, op, algorithm, bint block, bint nonblocking=False):
         """Reduce_scatter_block (``block``) or Reduce_scatter, and their nonblocking forms."""
         cdef Call c = self.fresh(REDUCE_SCATTER, "Reduce_scatter_block" if block else "Reduce_scatter", algorithm,
                                  nonblocking)
@@ -320,7 +368,7 @@ cdef class Engine:
             c.refused(exc, (sendbuf, recvbuf, op) if block else (sendbuf, recvbuf, recvcounts, op))
         return self.go(c, nonblocking)
 
-    def rooted(self, method, sendbuf, recvbuf, root, algorithm, bint nonblocking=False):
+    cpdef rooted(self, method, sendbuf, recvbuf, root, algorithm, bint nonblocking=False):
         """Gather, Gatherv, Scatter or Scatterv (``method``, mpi4py's name), and their nonblocking forms."""
         cdef bint gather = method.startswith("Gather")
         cdef Call c = self.fresh(GATHER if gather else SCATTER, method, algorithm, nonblocking)
@@ -330,7 +378,7 @@ cdef class Engine:
             c.refused(exc, (sendbuf, recvbuf, root))
         return self.go(c, nonblocking)
 
-    def barrier(self, algorithm, bint nonblocking=False):
+    cpdef barrier(self, algorithm, bint nonblocking=False):
         """Barrier (Ibarrier)."""
         cdef Call c = self.fresh(BARRIER, "Barrier", algorithm, nonblocking)
         describe_barrier(c)
@@ -353,7 +401,7 @@ cdef class Engine:
                            f"allreduce: out has shape {out.shape} and dtype {out.dtype}, the result has shape "
                            f"{array.shape} and dtype {array.dtype}"))
             return self.go(c, False)
-        self.allreduce_call(send_for(array, out), out, op, algorithm, False)
+        self.allreduce(send_for(array, out), out, op, algorithm, False)
         return out
 
     # ---- order: run now, behind the pending nonblocking calls, or queued -----------------
@@ -506,6 +554,7 @@ cdef class Engine:
             pl.tmp_count, pl.nreq, pl.reads_in, pl.name = made.tmp_count, made.nreq, made.reads_in, made.name
             pl.algo, pl.fused, pl.lead, pl.node_aware, pl.reason = (made.index, made.fused, made.lead,
                                                                      made.node_aware, made.reason)
+            pl.shm = made.shm
             pl.nsteps = pl.steps.shape[0]
             pl.rows = <const int64_t *>cnp.PyArray_DATA(pl.steps)
             pl.nbytes, pl.count = c.nbytes, c.count
@@ -538,6 +587,7 @@ cdef class Engine:
         first ``nfields`` fields are in place, the rest 0), then the payload's length."""
         cdef int i, w = self.width
         cdef int64_t *v = self.vec
+        self.nf = nfields
         v[0] = error
         v[1] = coll
         v[2] = algo
@@ -554,7 +604,14 @@ cdef class Engine:
 
     cdef int exchange(self, object collective, object algorithm) except -1:
         """The checked exchange of the message ``fingerprint`` filled: in C, or its NumPy
-        twin; a stall marks the Comm unusable."""
+        twin, or a phase of the shared segment; a stall marks the Comm unusable."""
+        cdef int rc
+        if self.shm != NULL:
+            self.shm.park, self.shm.unpark = release_gil, take_gil
+            rc = shm_agree(self.shm, self.vec, self.nf, self.width)
+            if rc:
+                self.shm_failed(rc, collective, algorithm)
+            return 0
         try:
             if self.pure:
                 data = self.body_array[:self.x.nbytes] if self.x.kind != X_HEADER else None
@@ -681,6 +738,8 @@ cdef class Engine:
         cdef char *stage
         cdef bint early
         cdef Py_ssize_t nb
+        if pl.shm >= 0:
+            return self.in_segment(c, pl)
         if pl.fused >= 0:
             self.copy(&c.fin, c, None, NULL)
             self.agree(c, pl, True)
@@ -749,6 +808,72 @@ cdef class Engine:
         if self.ring != NULL:
             put(self.ring, t0, monotonic(), TRANSFER, coll, pl.algo, pl.nbytes, c.elements(), -1)
         return disagreed
+
+    cdef int in_segment(self, Call c, _Plan pl) except -1:
+        """Run ``c`` in the node's segment as ``pl`` says (its form: direct or pipelined); the
+        fingerprint rides in the first phase.  A call of at most GIL_HELD_BYTES runs holding
+        the GIL, which a wait gives up once it outlasts its spin (collectives._shm); a larger
+        one releases it for its copies."""
+        cdef shm_seg *s = self.shm
+        cdef int nf = c.nfields, coll = c.coll, rc, i, p = self.size
+        cdef int64_t *words = self.segment.words
+        cdef Py_ssize_t *dis
+        cdef char *inp = c.send.ptr
+        cdef char *out = c.recv.ptr
+        cdef size_t block = 0
+        cdef double t0 = monotonic() if self.ring != NULL else 0
+        # The fingerprint the first phase publishes: [error, collective, algorithm, fields]
+        # (the segment's fold fills in the rest of the vector when it has to).
+        self.vec[0], self.vec[1], self.vec[2] = 0, coll, pl.algo
+        memcpy(self.fields(), c.fields, nf * sizeof(int64_t))
+        self.nf = nf
+        if coll == ALLGATHER:
+            # Every rank's block: its bytes and where it goes in recvbuf (Allgatherv's displacements).
+            dis = c.counts + p
+            for i in range(p):
+                words[i] = c.kcounts[i]
+                words[p + i] = dis[i] * c.recv.size if c.key_counts else i * c.kcounts[i]
+            if inp == out + words[p + self.rank]:
+                inp = NULL
+        elif coll == REDUCE_SCATTER:
+            if c.in_place:
+                # The result's block goes to the start of recvbuf, over input still to be read.
+                inp = self.scratch(True, c.nbytes)
+                memcpy(inp, c.send.ptr, c.nbytes)
+            words = <int64_t *>c.counts
+        elif coll == GATHER:
+            inp, out, block = c.inp, c.stage, c.kcounts[0]
+        elif coll == SCATTER:
+            inp, out, block = c.stage, (c.acc if c.acc_base != B_STAGE else NULL), c.kcounts[0]
+        if c.nbytes <= GIL_HELD_BYTES:
+            s.park, s.unpark = release_gil, take_gil
+            rc = run_in_segment(s, coll, pl.shm, self.vec, nf, self.width, self.check, inp, out, c.count, c.nbytes,
+                                c.dtype, c.opc, <int>c.root, words, block, self.segment.chunk)
+        else:
+            s.park = s.unpark = NULL
+            with nogil:
+                rc = run_in_segment(s, coll, pl.shm, self.vec, nf, self.width, self.check, inp, out, c.count,
+                                    c.nbytes, c.dtype, c.opc, <int>c.root, words, block, self.segment.chunk)
+        if rc == SHM_DISAGREED:
+            self.judge(_NAMES[coll], c.keys, c.per_rank)
+        elif rc:
+            self.shm_failed(rc, _NAMES[coll], pl.name)
+        if self.ring != NULL:
+            put(self.ring, t0, monotonic(), TRANSFER, coll, pl.algo, pl.nbytes, c.elements(), -1)
+        self.done(c, pl)
+        return 0
+
+    cdef int shm_failed(self, int rc, object collective, object algorithm) except -1:
+        """Raise for a shared-memory phase's failure ``rc``: a stall (the Comm is unusable
+        after it) or an op the dtype lacks."""
+        cdef shm_seg *s = self.shm
+        cdef int r
+        if rc == SHM_BAD_OP:
+            raise TypeError(f"{collective}: the op is not defined on the dtype")
+        missing = [(r, "receive") for r in range(s.size) if not shm_arrived(s, r)]
+        exc = StallError(label(collective, algorithm), s.step, self.rank, missing, s.waited)
+        stalled(self, exc, self.started)
+        raise exc
 
     cdef void done(self, Call c, _Plan pl):
         self.last_algorithm = pl.name

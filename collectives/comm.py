@@ -5,11 +5,12 @@ Method names and signatures are mpi4py's (``Allreduce(sendbuf, recvbuf, op=MPI.S
 implemented here is looked up on the wrapped communicator, so an existing mpi4py program
 switches over by wrapping its communicator and nothing else.
 
-This module is the method table and holds no logic of a collective: each method hands its
-arguments to the Comm's ``collectives._engine.Engine``, which describes the call (the same
-description for every call form: blocking, nonblocking, functional), selects and plans it
-(``collectives.plans``), agrees on it across ranks when ``check`` is on and runs it; a call
-no algorithm covers runs MPI's own collective on the private duplicate, where it keeps its
+This module and its compiled base (collectives._comm, which holds the collective methods) are
+the method table and hold no logic of a collective: each method hands its arguments to the
+Comm's ``collectives._engine.Engine``, which describes the call (the same description for
+every call form: blocking, nonblocking, functional), selects and plans it
+(``collectives.plans``), agrees on it across ranks when ``check`` is on and runs it; a call no
+algorithm covers runs MPI's own collective on the private duplicate, where it keeps its
 place in the order of this communicator's collectives.  ``I...`` methods queue the same
 call on a progress thread and return a Request.  A schedule that fails part-way leaves no
 request open and marks the Comm unusable: later calls raise RuntimeError naming the
@@ -21,20 +22,21 @@ ranks, the all-reduce's node-aware algorithms are rows of the same selection.
 import numpy as np
 from mpi4py import MPI
 
-from . import abort, config, eager, kernels, node, plans, timeline as timeline_module, transport, watchdog
+from . import abort, config, eager, kernels, node, plans, shm, timeline as timeline_module, transport, watchdog
 from .constants import COLLECTIVES
 from .derived import derived
 from .exchange import FUSED_DEFAULT
 from .registry import resolve_name
 
 try:
+    from . import _comm
     from ._engine import Engine
 except ImportError as exc:  # pragma: no cover - an install without its extensions
     raise ImportError(f"collectives: the native extensions did not load ({exc}); build them with "
                       "'make build' or 'pip install .' against the MPI that mpi4py loads") from exc
 
 
-class Comm(MPI.Intracomm):
+class Comm(_comm.Methods):
     """An mpi4py intracommunicator whose collectives run collectives' algorithms.
 
     ``Comm(comm)`` shares ``comm``'s handle: it is that communicator, so MPI-IO, RMA windows,
@@ -69,17 +71,21 @@ class Comm(MPI.Intracomm):
     """
 
     _mpi = MPI.Intracomm  # the mpi4py class of this kind
+    # No instance dictionary, as mpi4py's communicators have none: an attribute is found in
+    # its slot, and a method on the class, without a dictionary lookup per call.
+    __slots__ = ("_env", "algorithms", "_timeout", "_on_timeout", "_owned", "_coll", "_scratch", "_live",
+                 "_recording", "_eager")
 
     def __new__(cls, comm=None, *args, **kwargs):
         comm = MPI.COMM_WORLD if comm is None else comm
         if cls is Comm:
             cls = _KIND.get(type(comm), next((k for t, k in _KIND.items() if isinstance(comm, t)), Comm))
-        # Intracomm's own constructor for every kind: Cartcomm's refuses a subclass that does
-        # not derive from it first.
-        return MPI.Intracomm.__new__(cls, comm)
+        # The compiled base's constructor (Intracomm's) for every kind: Cartcomm's refuses a
+        # subclass that does not derive from it first.
+        return _comm.Methods.__new__(cls, comm)
 
     def __init__(self, comm=None, *, algorithms=None, check=None, timeout=None, on_timeout=None, timeline=None,
-                 _nodes=None, _env=None, _owned=False, _eager=None):
+                 _nodes=None, _env=None, _owned=False, _eager=None, _shared=True):
         if self.Is_inter():
             raise TypeError("collectives.Comm takes intracommunicators only")
         # What the environment says (collectives.config), read once: calls never read it.
@@ -105,8 +111,10 @@ class Comm(MPI.Intracomm):
         # How this Comm's schedules cut their messages, alike on every rank (collectives.eager).
         self._eager = eager.agreed(self._coll, self._env) if _eager is None else _eager
         nodes = node.discover(self._coll, self._env.node, self._child) if _nodes is None else _nodes
+        # A segment for ranks on one node (collectives.shm): not across nodes, nor a lane between them.
+        segment = shm.make(self._coll, self._env, not NATIVE) if _shared and nodes is node.FLAT else None
         self._engine = Engine(self._coll, self._env, check, self._timeout, self._on_timeout, self.algorithms,
-                              nodes, plans.make, not NATIVE, recorder, *self._eager)
+                              nodes, plans.make, not NATIVE, recorder, *self._eager, segment)
 
     def _adopt(self, made):
         """``made`` (a communicator one of this Comm's constructors returned) as a Comm of its
@@ -127,7 +135,8 @@ class Comm(MPI.Intracomm):
         rank (a check per phase would add a round trip per phase, one of them between nodes)."""
         return Comm(made, algorithms={k: v for k, v in self.algorithms.items() if k != "allreduce"},
                     check=False, timeout=self._timeout, on_timeout=self._on_timeout, timeline=self._recording,
-                    _nodes=node.FLAT, _env=self._env, _owned=True, _eager=(0, 0, FUSED_DEFAULT) if across else self._eager)
+                    _nodes=node.FLAT, _env=self._env, _owned=True, _eager=(0, 0, FUSED_DEFAULT) if across else self._eager,
+                    _shared=not across)
 
     def __repr__(self):
         return f"<collectives.{type(self).__name__} rank {self.Get_rank()} of {self.Get_size()}>"
@@ -228,103 +237,8 @@ class Comm(MPI.Intracomm):
     Create_dist_graph = derived(MPI.Intracomm.Create_dist_graph)
     Create_dist_graph_adjacent = derived(MPI.Intracomm.Create_dist_graph_adjacent)
 
-    # ---- collectives (collectives._engine) ------------------------------------------------
-
-    def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
-        """Combine ``sendbuf`` of every rank with ``op`` into ``recvbuf`` of every rank."""
-        self._engine.allreduce(sendbuf, recvbuf, op, algorithm)
-
-    def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
-        """Nonblocking Allreduce; returns a Request."""
-        return self._engine.allreduce(sendbuf, recvbuf, op, algorithm, True)
-
-    def Bcast(self, buf, root=0, algorithm=None):
-        """Broadcast ``buf`` of rank ``root`` into ``buf`` of every rank."""
-        self._engine.bcast(buf, root, algorithm)
-
-    def Ibcast(self, buf, root=0, algorithm=None):
-        """Nonblocking Bcast; returns a Request."""
-        return self._engine.bcast(buf, root, algorithm, True)
-
-    def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, root=0, algorithm=None):
-        """Combine ``sendbuf`` of every rank with ``op`` into ``recvbuf`` of rank ``root``."""
-        self._engine.reduce(sendbuf, recvbuf, op, root, algorithm)
-
-    def Ireduce(self, sendbuf, recvbuf, op=MPI.SUM, root=0, algorithm=None):
-        """Nonblocking Reduce; returns a Request."""
-        return self._engine.reduce(sendbuf, recvbuf, op, root, algorithm, True)
-
-    def Allgather(self, sendbuf, recvbuf, algorithm=None):
-        """Gather ``sendbuf`` of every rank, in rank order, into ``recvbuf`` of every rank."""
-        self._engine.allgather(sendbuf, recvbuf, algorithm)
-
-    def Iallgather(self, sendbuf, recvbuf, algorithm=None):
-        """Nonblocking Allgather; returns a Request."""
-        return self._engine.allgather(sendbuf, recvbuf, algorithm, True)
-
-    def Allgatherv(self, sendbuf, recvbuf, algorithm=None):
-        """Allgather with per-rank counts: ``recvbuf`` is [buf, (counts, displs), datatype]."""
-        self._engine.allgatherv(sendbuf, recvbuf, algorithm)
-
-    def Iallgatherv(self, sendbuf, recvbuf, algorithm=None):
-        """Nonblocking Allgatherv; returns a Request."""
-        return self._engine.allgatherv(sendbuf, recvbuf, algorithm, True)
-
-    def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
-        """Combine ``sendbuf`` of every rank with ``op``; rank i receives block i."""
-        self._engine.reduce_scatter(sendbuf, recvbuf, None, op, algorithm, True)
-
-    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM, algorithm=None):
-        """Combine ``sendbuf`` of every rank with ``op``; rank i receives ``recvcounts[i]`` elements."""
-        self._engine.reduce_scatter(sendbuf, recvbuf, recvcounts, op, algorithm, False)
-
-    def Ireduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM, algorithm=None):
-        """Nonblocking Reduce_scatter_block; returns a Request."""
-        return self._engine.reduce_scatter(sendbuf, recvbuf, None, op, algorithm, True, True)
-
-    def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM, algorithm=None):
-        """Nonblocking Reduce_scatter; returns a Request."""
-        return self._engine.reduce_scatter(sendbuf, recvbuf, recvcounts, op, algorithm, False, True)
-
-    def Gather(self, sendbuf, recvbuf, root=0, algorithm=None):
-        """Gather ``sendbuf`` of every rank, in rank order, into ``recvbuf`` of rank ``root``."""
-        self._engine.rooted("Gather", sendbuf, recvbuf, root, algorithm)
-
-    def Igather(self, sendbuf, recvbuf, root=0, algorithm=None):
-        """Nonblocking Gather; returns a Request."""
-        return self._engine.rooted("Gather", sendbuf, recvbuf, root, algorithm, True)
-
-    def Gatherv(self, sendbuf, recvbuf, root=0, algorithm=None):
-        """Gather with per-rank counts given at the root: [buf, (counts, displs), datatype]."""
-        self._engine.rooted("Gatherv", sendbuf, recvbuf, root, algorithm)
-
-    def Igatherv(self, sendbuf, recvbuf, root=0, algorithm=None):
-        """Nonblocking Gatherv; returns a Request."""
-        return self._engine.rooted("Gatherv", sendbuf, recvbuf, root, algorithm, True)
-
-    def Scatter(self, sendbuf, recvbuf, root=0, algorithm=None):
-        """Scatter block i of ``sendbuf`` at rank ``root`` to ``recvbuf`` of rank i."""
-        self._engine.rooted("Scatter", sendbuf, recvbuf, root, algorithm)
-
-    def Iscatter(self, sendbuf, recvbuf, root=0, algorithm=None):
-        """Nonblocking Scatter; returns a Request."""
-        return self._engine.rooted("Scatter", sendbuf, recvbuf, root, algorithm, True)
-
-    def Scatterv(self, sendbuf, recvbuf, root=0, algorithm=None):
-        """Scatter with per-rank counts given at the root: [buf, (counts, displs), datatype]."""
-        self._engine.rooted("Scatterv", sendbuf, recvbuf, root, algorithm)
-
-    def Iscatterv(self, sendbuf, recvbuf, root=0, algorithm=None):
-        """Nonblocking Scatterv; returns a Request."""
-        return self._engine.rooted("Scatterv", sendbuf, recvbuf, root, algorithm, True)
-
-    def Barrier(self, algorithm=None):
-        """Block until every rank has entered the barrier."""
-        self._engine.barrier(algorithm)
-
-    def Ibarrier(self, algorithm=None):
-        """Nonblocking Barrier; returns a Request."""
-        return self._engine.barrier(algorithm, True)
+    # The collective methods (Allreduce, Iallreduce, ..., Barrier, Ibarrier) are those of the
+    # compiled base, collectives._comm.Methods.
 
     # ---- point-to-point on the private communicator (collectives.transport) ---------------
 
@@ -353,6 +267,7 @@ class Cartcomm(Comm, MPI.Cartcomm):
     """A Cartesian-topology Comm: mpi4py's Cartcomm methods, collectives' collectives."""
 
     _mpi = MPI.Cartcomm
+    __slots__ = ()
 
     Sub = derived(MPI.Cartcomm.Sub, MPI.Cartcomm)
 
@@ -361,12 +276,14 @@ class Graphcomm(Comm, MPI.Graphcomm):
     """A graph-topology Comm: mpi4py's Graphcomm methods, collectives' collectives."""
 
     _mpi = MPI.Graphcomm
+    __slots__ = ()
 
 
 class Distgraphcomm(Comm, MPI.Distgraphcomm):
     """A distributed-graph-topology Comm: mpi4py's Distgraphcomm methods, collectives' collectives."""
 
     _mpi = MPI.Distgraphcomm
+    __slots__ = ()
 
 
 # The Comm class of each topology kind mpi4py returns.

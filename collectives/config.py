@@ -114,6 +114,13 @@ VARIABLES = (
              "The largest message that is split into eager pieces. Unset: the size up to which pieces "
              "beat the MPI library's own protocol, measured (collectives.eager: 16 KiB for MPICH, 48 KiB "
              "with its CMA off, 4 KiB for Open MPI).", _count),
+    Variable("COLLECTIVES_SHM", "auto | 1 | 0", "auto", "communicator",
+             "Run the collectives of a Comm whose ranks share a node in a shared-memory segment "
+             "(collectives.shm): auto, where the node's ranks fit its cores; 1, wherever a segment "
+             "can be made; 0, never (point-to-point through MPI).", _choice("auto", "1", "0")),
+    Variable("COLLECTIVES_SHM_BYTES", "bytes", 1 << 20, "communicator",
+             "The shared segment's bytes per rank (two regions of half that); a larger message goes "
+             "through it in rounds.", _positive),
     Variable("COLLECTIVES_TUNING", "path", "", "communicator",
              "The decision table auto uses (JSON, as collectives-bench tune writes it) instead of "
              "the shipped collectives/data/tuning.json.", _text),
@@ -190,6 +197,8 @@ class Settings(NamedTuple):
     split: object
     cache_bytes: int
     node_ratio: object
+    shm: str
+    shm_bytes: int
 
 
 def snapshot(environ=None):
@@ -208,6 +217,8 @@ def snapshot(environ=None):
         split=get("COLLECTIVES_SPLIT_BYTES", environ),
         cache_bytes=get("COLLECTIVES_CACHE_BYTES", environ),
         node_ratio=get("COLLECTIVES_NODE_RATIO", environ),
+        shm=get("COLLECTIVES_SHM", environ),
+        shm_bytes=get("COLLECTIVES_SHM_BYTES", environ),
     )
 
 

@@ -5,6 +5,8 @@
   plan slot per index, and the tuning table and COLLECTIVES_<COLLECTIVE> name them.
 * The kinds of a schedule's steps, the width of a step's row and the buffers a row names
   (collectives.schedule documents them; the native executor and its NumPy twin run them).
+* The forms of the shared-memory algorithms (collectives.shm), which the engine runs in the
+  node's segment instead of a schedule.
 * The tags of the messages on a Comm's private communicator: each user of that communicator
   has its own, so no two kinds of message can ever meet.
 
@@ -27,6 +29,13 @@ NCOLS = 9
 # The buffers a row names.
 ACC, TMP, IN, OUT = range(4)
 NBUFS = 4
+
+# Shared-memory forms: every rank combines every rank's data at once; or the data goes in
+# rounds of phases, each rank combining its block.
+SHM_DIRECT, SHM_PIPELINED = 0, 1
+SHM_FORMS = {"direct": SHM_DIRECT, "pipelined": SHM_PIPELINED}
+# Bytes per round of the pipelined forms: a round's data for two ranks stays in a core's L2.
+SHM_CHUNK = 256 << 10
 
 # Tags on a Comm's private communicator.
 TAG_PUSH, TAG_PULL, TAG_REPLY = 50, 51, 52  # collectives.transport

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import numpy as np
 from mpi4py import MPI
 
+from .constants import SHM_FORMS
 from .ops import DTYPES
 from .registry import ALGORITHMS, Shape, Topology, choices, decide_for, schedule
 from .schedule import ACC, COPY, IN, IRECV, ISEND, NONE, OUT, REDUCE, SENDRECV, TMP, WAITALL, blocks
@@ -38,7 +39,8 @@ LATE_COPY_BYTES = 1 << 20
 
 def topology(engine):
     """The registry.Topology of ``engine``'s communicator (collectives._engine.Engine)."""
-    return Topology(engine.size, engine.nodes.ranks_per_node(engine.size), False, engine.fused_bytes)
+    shared = engine.segment.cap if engine.segment is not None else 0
+    return Topology(engine.size, engine.nodes.ranks_per_node(engine.size), shared, engine.fused_bytes)
 
 
 def select(engine, collective, algorithm, count, nbytes, uniform=True):
@@ -66,7 +68,7 @@ def plan_args(algo, args, apart):
 class Plan(NamedTuple):
     """What the engine caches for one call shape."""
 
-    steps: object        # the schedule's rows (collectives.schedule), empty for a fused or node-aware plan
+    steps: object        # the schedule's rows (collectives.schedule), empty but for a schedule's plan
     tmp_count: int       # the scratch it needs, in elements
     nreq: int            # the most requests its rows hold pending
     reads_in: bool       # it reads the caller's input itself (no copy into ACC first)
@@ -76,6 +78,7 @@ class Plan(NamedTuple):
     lead: int            # the leading rows that may start before the checked exchange (``leading``)
     node_aware: object   # the Algorithm when it runs node-aware phases, else None
     reason: str          # why it was chosen (COLLECTIVES_EXPLAIN, Comm.explain)
+    shm: int = -1        # the form of a shared-memory algorithm (constants.SHM_FORMS), else -1
 
 
 def make(engine, collective, algorithm, count, nbytes, uniform, args, op=None, dtype=-1, apart=False):
@@ -87,6 +90,8 @@ def make(engine, collective, algorithm, count, nbytes, uniform, args, op=None, d
     index = choices(collective).index(algo.name)
     if algo.fused is not None:
         return Plan(_NO_STEPS, 0, 0, False, algo.name, index, algo.fused, 0, None, reason)
+    if algo.shm is not None:
+        return Plan(_NO_STEPS, 0, 0, False, algo.name, index, -1, 0, None, reason, SHM_FORMS[algo.shm])
     if algo.node_aware:
         return Plan(_NO_STEPS, 0, 0, False, algo.name, index, -1, 0, algo, reason)
     steps, tmp_count, nreq = schedule(algo.name, engine.rank, engine.size, *plan_args(algo, args, apart))
@@ -96,8 +101,10 @@ def make(engine, collective, algorithm, count, nbytes, uniform, args, op=None, d
         if sum(blocks) - blocks[engine.rank] <= LATE_COPY_BYTES:
             steps, copied = late_copy(steps, sum(blocks[:engine.rank]), blocks[engine.rank])
     # The all-reduce alone overlaps the checked exchange, above the fused sizes whose exchange
-    # is the whole collective; the NumPy twin of the executor runs no overlap.
-    overlaps = collective == "allreduce" and nbytes > engine.fused_bytes and not engine.pure
+    # is the whole collective; the NumPy twin of the executor runs no overlap, and on a shared
+    # segment the check is a phase there, cheaper than any overlap.
+    overlaps = (collective == "allreduce" and nbytes > engine.fused_bytes and not engine.pure
+                and engine.segment is None)
     # Messages cut into eager pieces (collectives.eager), on one node; not the overlapped
     # all-reduce's under the check, whose leading sends are synchronous: a handshake each.
     if engine.eager and not engine.nodes.spans and not (overlaps and engine.check):

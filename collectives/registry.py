@@ -4,11 +4,12 @@ Selection is data kept out of the algorithm modules (MPICH's coll selection, in 
 
 * ``ALGORITHMS`` lists, per collective, every algorithm with its restriction, if any;
   ``NODE_ALGORITHMS`` the node-aware ones, composed from collectives on a communicator's node
-  and lane communicators; ``FUSED`` the fused form of the checked exchange
+  and lane communicators; ``SHM`` the ones that run in a node's shared segment
+  (collectives.shm), without MPI; ``FUSED`` the fused form of the checked exchange
   (``collectives.exchange``) of each collective;
 * a restriction sees the call's ``Shape`` (count, bytes, equal counts on every rank) and the
-  communicator's ``Topology`` (ranks, ranks per node, whether a shared segment joins each
-  node's ranks, the most a fused collective carries there);
+  communicator's ``Topology`` (ranks, ranks per node, the data a phase of its shared segment
+  carries, the most a fused collective carries there);
 * ``auto`` is a measured decision table (``collectives.tuning``: rows keyed by rank count and
   message size, and where they say so by the nodes, the ranks per node and the transport;
   shipped in collectives/data/tuning.json, COLLECTIVES_TUNING=file for another); the first row
@@ -47,12 +48,13 @@ class Shape(NamedTuple):
 class Topology(NamedTuple):
     """What a restriction, and a row of the table, may ask of the communicator a call runs on:
     its ranks, the ranks on each of its nodes (in node order; one node of ``size`` when
-    empty), whether a shared-memory segment joins each node's ranks, and the most a fused
-    collective carries there (collectives.eager)."""
+    empty), the bytes one phase of its shared-memory segment carries (0: the ranks share no
+    segment; collectives.shm), and the most a fused collective carries there
+    (collectives.eager)."""
 
     size: int
     nodes: tuple = ()
-    shared: bool = False
+    shared: int = 0
     fused_bytes: int = FUSED_BYTES
 
     @property
@@ -80,11 +82,14 @@ class Algorithm:
     """One row of the table: a schedule builder and the restriction it places on its use."""
 
     def __init__(self, name, restriction=None, why="", reads_in=False, node_aware=False, fused=None,
-                 apart=False):
+                 apart=False, shm=None):
         self.name = name
         # The checked exchange's payload kind (collectives.exchange) of a fused collective,
         # which has no schedule: the exchange is the collective.
         self.fused = fused
+        # The form of a shared-memory algorithm (constants.SHM_FORMS: "direct", "pipelined"),
+        # which runs in the node's segment, not as a schedule.
+        self.shm = shm
         # Composed from collectives on the node communicators (collectives.node), not a schedule.
         self.node_aware = node_aware
         self.restriction = restriction
@@ -98,8 +103,14 @@ class Algorithm:
 
     def applies(self, shape, topology):
         """None when usable for a call of ``shape`` on ``topology``, else the reason it is not."""
+        if self.fused is not None and topology.shared:
+            return "the check is a phase of the shared segment on this communicator (collectives.shm)"
         if self.fused is not None and shape.nbytes > topology.fused_bytes:
             return f"carries at most {topology.fused_bytes} bytes on this communicator (collectives.eager)"
+        if self.shm is not None and not topology.shared:
+            return "needs a shared-memory segment joining the communicator's ranks (collectives.shm)"
+        if self.shm == "direct" and shape.nbytes > topology.shared:
+            return f"carries at most {topology.shared} bytes in the segment (COLLECTIVES_SHM_BYTES)"
         if self.restriction is None or self.restriction(shape, topology):
             return None
         return self.why
@@ -184,6 +195,19 @@ NODE_ALGORITHMS = {
 }
 
 _EQUAL = "needs equal counts on every rank"
+# In the node's shared segment, one or more per collective.
+SHM = {
+    "allreduce": [Algorithm("allreduce_shm_direct", shm="direct"),
+                  Algorithm("allreduce_shm_pipelined", shm="pipelined")],
+    "bcast": [Algorithm("bcast_shm", shm="pipelined")],
+    "reduce": [Algorithm("reduce_shm_direct", shm="direct"),
+               Algorithm("reduce_shm_pipelined", shm="pipelined")],
+    "allgather": [Algorithm("allgather_shm", shm="pipelined")],
+    "reduce_scatter": [Algorithm("reduce_scatter_shm", shm="pipelined")],
+    "gather": [Algorithm("gather_shm", _uniform, _EQUAL + " (use Gather, not Gatherv)", shm="pipelined")],
+    "scatter": [Algorithm("scatter_shm", _uniform, _EQUAL + " (use Scatter, not Scatterv)", shm="pipelined")],
+    "barrier": [Algorithm("barrier_shm", shm="pipelined")],
+}
 # The checked exchange carrying the payload (collectives.exchange), one per collective.
 FUSED = {
     "allreduce": Algorithm("allreduce_fused", fused=REDUCE),
@@ -196,16 +220,17 @@ FUSED = {
     "barrier": Algorithm("barrier_fused", fused=HEADER),
 }
 
-if tuple(ALGORITHMS) != COLLECTIVES:
-    raise ImportError("collectives.registry: ALGORITHMS must hold collectives.constants.COLLECTIVES, in order")
+if tuple(ALGORITHMS) != COLLECTIVES or tuple(SHM) != COLLECTIVES:
+    raise ImportError("collectives.registry: ALGORITHMS and SHM must hold collectives.constants.COLLECTIVES, in order")
 
-_BY_NAME = {a.name: a for table in (ALGORITHMS, NODE_ALGORITHMS) for rows in table.values() for a in rows}
+_BY_NAME = {a.name: a for table in (ALGORITHMS, NODE_ALGORITHMS, SHM) for rows in table.values() for a in rows}
 _BY_NAME.update({a.name: a for a in FUSED.values()})
 
 
 def row_name(collective, name):
     """The full name of an algorithm of ``collective`` that a row of the table may give (one
-    of its table, its fused form, a node-aware one); ValueError saying why ``name`` is none."""
+    of its table, its shared-memory ones, its fused form, a node-aware one); ValueError saying
+    why ``name`` is none."""
     full = resolve_name(collective, name)
     if full == "auto":
         raise ValueError(f"{name!r} is not a {collective} algorithm")
@@ -219,16 +244,22 @@ def load_table(path):
 
 
 def names(collective):
-    """Every algorithm name of ``collective``, in table order."""
+    """Every point-to-point algorithm name of ``collective``, in table order."""
     return [a.name for a in ALGORITHMS[collective]]
+
+
+def shm_names(collective):
+    """The names of ``collective``'s shared-memory algorithms."""
+    return [a.name for a in SHM[collective]]
 
 
 def choices(collective):
     """The algorithm indices the cross-rank agreement uses: the table's names, the fused
-    form, the node-aware algorithms, then "native" (MPI's own call), last so that a range of
-    indices below it holds only algorithms that compare the same fields."""
+    form, the node-aware algorithms, the shared-memory ones, then "native" (MPI's own call),
+    last so that a range of indices below it holds only algorithms that compare the same
+    fields."""
     return (names(collective) + [FUSED[collective].name]
-            + [a.name for a in NODE_ALGORITHMS.get(collective, [])] + ["native"])
+            + [a.name for a in NODE_ALGORITHMS.get(collective, [])] + shm_names(collective) + ["native"])
 
 
 def resolve_name(collective, name):
@@ -237,7 +268,7 @@ def resolve_name(collective, name):
         return "auto"
     full = name if name.startswith(collective + "_") else f"{collective}_{name}"
     if full not in _BY_NAME or not full.startswith(collective + "_"):
-        known = (names(collective) + [a.name for a in NODE_ALGORITHMS.get(collective, [])]
+        known = (names(collective) + shm_names(collective) + [a.name for a in NODE_ALGORITHMS.get(collective, [])]
                  + [FUSED[collective].name])
         raise ValueError(f"unknown {collective} algorithm {name!r}; choose auto or one of "
                          + ", ".join(n[len(collective) + 1:] for n in known))

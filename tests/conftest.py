@@ -151,7 +151,7 @@ def mpi_comm(request):
 # others run in the default configuration only, to keep the suite's time down.  Tests of
 # the check itself (cross-rank mismatches, errors other ranks must see) keep it on.
 BOTH_CONFIGURATIONS = {"test_allreduce", "test_bcast", "test_reduce", "test_allgather",
-                       "test_reduce_scatter", "test_gather_scatter", "test_fast_path", "test_split"}
+                       "test_reduce_scatter", "test_gather_scatter", "test_fast_path", "test_split", "test_shm"}
 CHECK_TESTS = ("mismatch", "bad_arguments")
 
 
@@ -173,6 +173,17 @@ def comm(mpi_comm, check):
     from collectives import Comm
 
     c = Comm(mpi_comm, check=check)
+    yield c
+    c.Free()
+
+
+@pytest.fixture(scope="module")
+def p2p_comm(mpi_comm, check):
+    """Like ``comm``, without a shared-memory segment: its collectives and its check go
+    through MPI's point-to-point messages, as across nodes."""
+    from util import point_to_point
+
+    c = point_to_point(mpi_comm, check=check)
     yield c
     c.Free()
 

@@ -7,7 +7,7 @@ from mpi4py.util import dtlib
 import collectives
 from util import LARGE, assert_everywhere, assert_identical_across_ranks, make_data, sizes, uneven
 
-ALGORITHMS = collectives.names("allgather") + ["allgather_fused"]
+ALGORITHMS = collectives.names("allgather") + ["allgather_fused"] + collectives.shm_names("allgather")
 DTYPES = [np.dtype(t) for t in (np.bool_, np.int8, np.uint16, np.int64, np.float16,
                                 np.float32, np.float64, np.complex128)]
 

@@ -4,9 +4,9 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from util import ALL_DTYPES, assert_close, check_allreduce, make_data, sizes
+from util import ALL_DTYPES, assert_close, check_allreduce, make_data, point_to_point, sizes
 
-ALGORITHMS = collectives.names("allreduce") + ["allreduce_fused"]
+ALGORITHMS = collectives.names("allreduce") + ["allreduce_fused"] + collectives.shm_names("allreduce")
 
 
 
@@ -33,8 +33,9 @@ def test_allreduce_in_place(comm, mpi_comm, algorithm):
 def test_fused_up_to_its_bound(mpi_comm, check, timeout):
     """auto takes allreduce_fused under the check up to the most a fused message carries on
     the communicator (collectives.eager) and a schedule above, with the stall watchdog on or
-    off; a forced allreduce_fused falls back there, check or not."""
-    with collectives.Comm(mpi_comm, check=check, timeout=timeout) as comm:
+    off; a forced allreduce_fused falls back there, check or not (point-to-point: on a shared
+    segment the check is a phase of the segment)."""
+    with point_to_point(mpi_comm, check=check, timeout=timeout) as comm:
         n = comm._engine.fused_bytes // 8
         for count, forced in ((n, None), (n + 1, None), (n, "fused"), (n + 1, "fused")):
             x = make_data(np.float64, "sum", count, comm.rank)

@@ -23,7 +23,7 @@ def _data(dtype, op, n, rank):
 
 
 @pytest.mark.parametrize("dtype,op", CASES, ids=[f"{np.dtype(t)}-{op}" for t, op in CASES])
-@pytest.mark.parametrize("algorithm", collectives.names("allreduce"))
+@pytest.mark.parametrize("algorithm", collectives.names("allreduce") + collectives.shm_names("allreduce"))
 def test_allreduce_bitwise_identical(comm, mpi_comm, algorithm, dtype, op):
     p, r = comm.size, comm.rank
     mpi_op = getattr(MPI, op.upper())

@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 import collectives
 
-ALGORITHMS = collectives.names("barrier") + ["barrier_fused"]
+ALGORITHMS = collectives.names("barrier") + ["barrier_fused"] + collectives.shm_names("barrier")
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from mpi4py import MPI
 import collectives
 from util import LARGE, make_data, sizes
 
-ALGORITHMS = collectives.names("bcast") + ["bcast_fused"]
+ALGORITHMS = collectives.names("bcast") + ["bcast_fused"] + collectives.shm_names("bcast")
 DTYPES = [np.dtype(t) for t in (np.bool_, np.int8, np.float16, np.int32, np.float64, np.complex128)]
 
 

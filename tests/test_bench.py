@@ -17,7 +17,8 @@ def test_sweep(mpi_comm, collective):
     # 8 B: fewer elements than ranks for the all-reduce, one per rank where the data splits.
     result = harness.sweep(mpi_comm, collective, [8], places=("out", "in"), validate=True, **QUICK)
     counts = cases.counts_for(collective, [8], mpi_comm.size)
-    ours = [cases.DEFAULT, cases.AUTO] + collectives.names(collective) if collective in collectives.ALGORITHMS else []
+    ours = ([cases.DEFAULT, cases.AUTO] + collectives.names(collective) + collectives.shm_names(collective)
+            if collective in collectives.ALGORITHMS else [])
     want = [cases.NATIVE_LABEL] + ours
     places = ["out"] if collective in cases.NO_IN_PLACE else ["out", "in"]
     skipped = {(s["size"], s["algorithm"]) for s in result["skipped"]}
@@ -30,7 +31,7 @@ def test_sweep(mpi_comm, collective):
     if ours:
         # The best named algorithm is never the default or auto row, which are reported beside it.
         assert [s["size"] for s in result["summary"]] == [c * 4 if collective != "barrier" else 0 for c in counts]
-        assert all(s["best"] in collectives.names(collective) for s in result["summary"])
+        assert all(s["best"] in collectives.names(collective) + collectives.shm_names(collective) for s in result["summary"])
         assert all(s["default"] > 0 and s["auto"] > 0 for s in result["summary"])
 
 
@@ -229,15 +230,19 @@ def test_state_probe(mpi_comm, capsys):
 
 
 def test_rows_of_auto_and_default_name_the_algorithm_they_ran(mpi_comm):
-    from collectives import config
-    from collectives.registry import Shape, Topology, decide_for
+    from collectives import config, plans
+    from collectives.registry import Shape, decide_for
 
     n = 64 << 10
     result = harness.sweep(mpi_comm, "allreduce", [n], **QUICK)
     ran = {row["algorithm"]: row.get("ran") for row in result["rows"]}
-    # The registry's choice for the call (COLLECTIVES_ALLREDUCE, if the matrix sets it, names both).
+    # The registry's choice for the call (COLLECTIVES_ALLREDUCE, if the matrix sets it, names both),
+    # on a communicator like the harness's (a shared-memory segment where the ranks share one).
+    comm = collectives.Comm(mpi_comm)
+    where = plans.topology(comm._engine)
+    comm.Free()
     for name, checked in ((cases.AUTO, False), (cases.DEFAULT, True)):
         assert ran[name] == decide_for("allreduce", None, None, config.get("COLLECTIVES_ALLREDUCE"),
-                                       Shape(n // 4, n), Topology(mpi_comm.size), checked=checked)[0].name
+                                       Shape(n // 4, n), where, checked=checked)[0].name
         assert ran[ran[name]] is None  # a row by that name exists, and it is not one of these two
     assert {name for name, r in ran.items() if r is not None} == {cases.AUTO, cases.DEFAULT}

@@ -5,8 +5,15 @@ caller's input untouched, and leave no message behind that a later call could ma
 import numpy as np
 import pytest
 from mpi4py import MPI
+from util import point_to_point
 
 N = 20000  # float64 elements: 160 KB, far above FUSED_BYTES
+
+
+@pytest.fixture(scope="module")
+def comm(p2p_comm):
+    """The overlap is a point-to-point schedule's: a Comm without a shared segment."""
+    return p2p_comm
 
 
 def _allreduce(c, n, in_place, algorithm=None, dtype=np.float64):
@@ -78,14 +85,14 @@ def test_overlapped_mismatch(comm, mpi_comm, rng, case, in_place):
 def test_overlapped_sends_only(mpi_comm, rng, monkeypatch, case, in_place):
     """The overlap as it runs where no receive may start before the exchange agrees
     (plans.EARLY_RECEIVES off: only the first step's sends lead), checked under any MPI."""
-    from collectives import Comm, plans
+    from collectives import plans
     from collectives.ops import OP_NAMES, dtype_code
     from collectives.schedule import ISEND
 
     if mpi_comm.size < 2:
         pytest.skip("needs two ranks")
     monkeypatch.setattr(plans, "EARLY_RECEIVES", False)
-    with Comm(mpi_comm) as c:
+    with point_to_point(mpi_comm) as c:
         if c._engine.pure:
             pytest.skip("the NumPy twin of the executor runs no overlap")
         _works(c, mpi_comm, rng)

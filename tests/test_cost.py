@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 
 from collectives.algorithms.allreduce_ring_segmented import SEGMENT
-from collectives.registry import ALGORITHMS, NODE_ALGORITHMS
+from collectives.constants import SHM_CHUNK
+from collectives.registry import ALGORITHMS, NODE_ALGORITHMS, SHM as SHARED
 from collectives.schedule import ISEND, NONE, SENDRECV, Schedule, blocks
 
 pytestmark = pytest.mark.serial
 
-ALL = [a.name for table in (ALGORITHMS, NODE_ALGORITHMS) for rows in table.values() for a in rows]
+ALL = [a.name for table in (ALGORITHMS, NODE_ALGORITHMS, SHARED) for rows in table.values() for a in rows]
 A, B, G = 1.7e-6, 1 / 9e9, 1 / 20e9
 
 
@@ -38,6 +39,10 @@ HEADERS = {
                                 lambda p, n: (p - 1) * A + ((p - 1) / p) * n * B + ((p - 1) / p) * n * G),
     "gather_binomial": ("ceil(lg p) alpha + ((p-1)/p) n beta", lambda p, n: math.ceil(math.log2(p)) * A
                         + ((p - 1) / p) * n * B),
+    "allreduce_shm_direct": ("alpha + 2 n beta + (p-1) n gamma", lambda p, n: A + 2 * n * B + (p - 1) * n * G),
+    "allreduce_shm_pipelined": ("2 R alpha + 2 n beta + ((p-1)/p) n gamma, R = ceil(n / c)",
+                                lambda p, n: 2 * math.ceil(n / SHM_CHUNK) * A + 2 * n * B + (p - 1) / p * n * G),
+    "bcast_shm": ("R alpha + 2 n beta, R = ceil(n / c)", lambda p, n: math.ceil(n / SHM_CHUNK) * A + 2 * n * B),
 }
 
 
@@ -49,7 +54,7 @@ def _module(name):
 def test_every_algorithm_has_a_cost(name):
     mod = _module(name)
     assert callable(getattr(mod, "cost", None)), f"{name} has no cost(p, n, alpha, beta, gamma)"
-    assert getattr(mod, "STEPS", None) in ("exchange", "one-way"), f"{name} has no STEPS"
+    assert getattr(mod, "STEPS", None) in ("exchange", "one-way", "shared"), f"{name} has no STEPS"
     assert "Cost" in mod.__doc__
     for p in (2, 3, 8):
         small, large = mod.cost(p, 8, A, B, G), mod.cost(p, 1 << 24, A, B, G)

@@ -154,7 +154,8 @@ def test_error_seen_by_one_rank_raises_on_every_rank(comm, mpi_comm, collective)
 
 
 def test_unknown_algorithm_lists_the_choices(comm, mpi_comm, monkeypatch):
-    known = (collectives.names("allreduce") + [a.name for a in registry.NODE_ALGORITHMS["allreduce"]]
+    known = (collectives.names("allreduce") + collectives.shm_names("allreduce")
+             + [a.name for a in registry.NODE_ALGORITHMS["allreduce"]]
              + ["allreduce_fused"])
     choices = ", ".join(n[len("allreduce_"):] for n in known)
     with pytest.raises(ValueError, match=f"unknown allreduce algorithm 'fastest'; choose auto or one of {choices}$"):
@@ -194,10 +195,22 @@ def _allreduce(c, mpi_comm, algorithm=None, n=4000):
     np.testing.assert_array_equal(got, want)
 
 
+def _auto(comm):
+    """The auto choice for _allreduce's call on ``comm`` (a shared-memory row on a shared Comm)."""
+    from collectives import plans
+
+    return plans.select(comm._engine, "allreduce", None, 4000, 32000)[0].name
+
+
+def _ran(ran, name):
+    """Whether ``name`` was the last algorithm run: its schedule, or its shared-memory phases."""
+    return name in collectives.shm_names("allreduce") or ran[-1] == name
+
+
 def test_environment_and_communicator_choices(comm, mpi_comm, monkeypatch, ran):
     if comm.size < 2:
         pytest.skip("a one-rank communicator runs no schedule")
-    auto = registry.select("allreduce", "auto", comm.size, 4000, 32000).name
+    auto = _auto(comm)
     other = next(n for n in collectives.names("allreduce") if n != auto and "ring" in n)
     monkeypatch.setenv("COLLECTIVES_ALLREDUCE", other.replace("allreduce_", ""))
     forced = Comm(mpi_comm, check=comm.check)  # a Comm reads the environment when it is made
@@ -211,7 +224,7 @@ def test_environment_and_communicator_choices(comm, mpi_comm, monkeypatch, ran):
     _allreduce(per_comm, mpi_comm)  # the communicator's choice wins over the environment
     assert per_comm.last_algorithm == ran[-1] == "allreduce_round_robin"
     _allreduce(comm, mpi_comm)  # made before the variable was set
-    assert comm.last_algorithm == ran[-1] == auto
+    assert comm.last_algorithm == auto and _ran(ran, auto)
     monkeypatch.delenv("COLLECTIVES_ALLREDUCE")
     per_comm.Free()
     forced.Free()
@@ -225,8 +238,8 @@ def test_forced_algorithm_falls_back_with_a_logged_reason(comm, mpi_comm, monkey
     monkeypatch.setenv("COLLECTIVES_ALLREDUCE", "all_to_all")
     with Comm(mpi_comm, check=comm.check) as forced:
         _allreduce(forced, mpi_comm)
-        auto = registry.select("allreduce", "auto", comm.size, 4000, 32000).name
-        assert forced.last_algorithm == ran[-1] == auto
+        auto = _auto(forced)
+        assert forced.last_algorithm == auto and _ran(ran, auto)
         assert any("allreduce_all_to_all does not apply" in rec.getMessage() and "COLLECTIVES_MAX_SCRATCH"
                    in rec.getMessage() for rec in caplog.records)
         caplog.clear()
@@ -250,10 +263,11 @@ FUSED_CALLS = {
 
 
 @pytest.mark.parametrize("case", list(FUSED_CALLS))
-def test_fused_mismatch_raises_everywhere_and_writes_nothing(comm, mpi_comm, case):
+def test_fused_mismatch_raises_everywhere_and_writes_nothing(p2p_comm, mpi_comm, case):
     """Ranks whose small checked calls differ (count, collective, algorithm, a header-only
     exchange beside a fused one, root, dtype) meet in the one checked exchange: the same
     ValueError on every rank, no hang, and the receive buffers untouched."""
+    comm = p2p_comm
     if comm.size < 2:
         pytest.skip("needs two ranks")
     out = np.full(4000, -5.0)

@@ -81,6 +81,7 @@ def test_in_place_and_aliases(comm, mpi_comm):
 def test_every_collective_takes_the_fast_path(comm, mpi_comm):
     p, n = comm.size, 3
     fused = comm.check
+    shared = comm._engine.segment is not None
     x = data(comm, n)
     calls = {
         "bcast": (lambda c, out: c.Bcast([out[:n], MPI.FLOAT], root=p - 1), lambda: x.copy()),
@@ -102,13 +103,17 @@ def test_every_collective_takes_the_fast_path(comm, mpi_comm):
         assert ran_ours(comm, lambda: call(comm, got)), name
         call(mpi_comm, want)
         np.testing.assert_array_equal(got, want, err_msg=name)
-        # Small and checked: the checked exchange carries the data (collectives.exchange),
-        # watched or not.
+        # Ranks sharing a segment run its row (the check rides in its headers); elsewhere, small
+        # and checked, the checked exchange carries the data (collectives.exchange), watched or not.
         collective = name.replace("_block", "")
-        assert (comm.last_algorithm == f"{collective}_fused") == fused, (name, comm.last_algorithm)
+        if shared:
+            assert comm.last_algorithm in collectives.shm_names(collective), (name, comm.last_algorithm)
+        else:
+            assert (comm.last_algorithm == f"{collective}_fused") == fused, (name, comm.last_algorithm)
     assert ran_ours(comm, comm.Barrier)
-    # Unchecked: the tuning table's row for this rank count (explain names it).
-    assert comm.last_algorithm == ("barrier_fused" if fused else comm.explain("barrier").split(":")[0])
+    # Unchecked or shared: the tuning table's row for this rank count (explain names it).
+    assert comm.last_algorithm == ("barrier_fused" if fused and not shared
+                                   else comm.explain("barrier").split(":")[0])
 
 
 @pytest.mark.parametrize("algorithm", collectives.names("allreduce"))

@@ -7,8 +7,8 @@ from mpi4py import MPI
 import collectives
 from util import LARGE, expect_error, make_data, sizes, uneven
 
-GATHER = collectives.names("gather") + ["gather_fused"]
-SCATTER = collectives.names("scatter") + ["scatter_fused"]
+GATHER = collectives.names("gather") + ["gather_fused"] + collectives.shm_names("gather")
+SCATTER = collectives.names("scatter") + ["scatter_fused"] + collectives.shm_names("scatter")
 DTYPES = [np.dtype(t) for t in (np.bool_, np.int8, np.float16, np.uint32, np.float64, np.complex64)]
 
 

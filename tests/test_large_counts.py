@@ -161,7 +161,7 @@ def _both(mpi_comm):
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.float64], ids=str)
-@pytest.mark.parametrize("algorithm", collectives.names("allreduce"))
+@pytest.mark.parametrize("algorithm", collectives.names("allreduce") + collectives.shm_names("allreduce"))
 def test_allreduce(mpi_comm, algorithm, dtype):
     for comm in _both(mpi_comm):
         for n in _sizes(mpi_comm.size):
@@ -173,7 +173,7 @@ def test_allreduce(mpi_comm, algorithm, dtype):
         comm.Free()
 
 
-@pytest.mark.parametrize("algorithm", collectives.names("bcast"))
+@pytest.mark.parametrize("algorithm", collectives.names("bcast") + collectives.shm_names("bcast"))
 def test_bcast(mpi_comm, algorithm):
     comm = collectives.Comm(mpi_comm)
     for n in _sizes(mpi_comm.size):
@@ -202,7 +202,7 @@ def _counts(p, n):
     return [n + (2 * i) % 3 for i in range(p)]
 
 
-@pytest.mark.parametrize("algorithm", collectives.names("allgather"))
+@pytest.mark.parametrize("algorithm", collectives.names("allgather") + collectives.shm_names("allgather"))
 def test_allgatherv(mpi_comm, algorithm):
     comm, p = collectives.Comm(mpi_comm), mpi_comm.size
     for n in _sizes(p):
@@ -215,7 +215,7 @@ def test_allgatherv(mpi_comm, algorithm):
     comm.Free()
 
 
-@pytest.mark.parametrize("algorithm", collectives.names("reduce_scatter"))
+@pytest.mark.parametrize("algorithm", collectives.names("reduce_scatter") + collectives.shm_names("reduce_scatter"))
 def test_reduce_scatter(mpi_comm, algorithm):
     comm, p, r = collectives.Comm(mpi_comm), mpi_comm.size, mpi_comm.rank
     for n in _sizes(p):
@@ -228,7 +228,8 @@ def test_reduce_scatter(mpi_comm, algorithm):
     comm.Free()
 
 
-@pytest.mark.parametrize("algorithm", collectives.names("gather") + collectives.names("scatter"))
+@pytest.mark.parametrize("algorithm", collectives.names("gather") + collectives.names("scatter")
+                         + collectives.shm_names("gather") + collectives.shm_names("scatter"))
 def test_gather_scatter(mpi_comm, algorithm):
     """Gather, or Scatter, with equal blocks around the limit, against native MPI."""
     comm, p, r = collectives.Comm(mpi_comm), mpi_comm.size, mpi_comm.rank

@@ -111,6 +111,9 @@ def test_node_allreduce_makes_the_phases_it_describes(monkeypatch, algorithm, sp
         pytest.skip("hierarchical needs equal nodes (test_node_allreduce_in_place_and_choice: the fallback)")
     phases = importlib.import_module(f"collectives.algorithms.{algorithm}").phases
     monkeypatch.setenv("COLLECTIVES_NODE", spec)
+    # The model's rounds are point-to-point schedules: no node communicator runs its phases in
+    # a shared segment here (tests/test_shm.py runs the phases inside a node in the segment).
+    monkeypatch.setenv("COLLECTIVES_SHM", "0")
     planned = []
 
     def plan(name, rank, size, *args):
@@ -210,7 +213,10 @@ def test_flat_choice_across_nodes(monkeypatch, spec, check, first):
             world.Allreduce(x, want)
             assert np.array_equal(y, want), nbytes
             why = comm.explain("allreduce", nbytes // 4)
-            if check and nbytes <= comm._engine.fused_bytes:
+            if comm._engine.segment is not None:  # one node: its shared-memory rows
+                assert not spans and comm.last_algorithm in collectives.shm_names("allreduce"), nbytes
+                assert "tuning.json" in why, why
+            elif check and nbytes <= comm._engine.fused_bytes:
                 assert comm.last_algorithm == "allreduce_fused", nbytes
             elif multi and nbytes > (64 << 10):
                 assert comm.last_algorithm in NODE_ALGORITHMS, nbytes

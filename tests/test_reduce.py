@@ -8,7 +8,7 @@ from collectives.ops import MPI_OP
 from util import (ALL_DTYPES, LARGE, assert_close, expect_error, make_data, native_supports, ops_for,
                   reference, sizes)
 
-ALGORITHMS = collectives.names("reduce") + ["reduce_fused"]
+ALGORITHMS = collectives.names("reduce") + ["reduce_fused"] + collectives.shm_names("reduce")
 SENTINEL = 77
 
 

@@ -8,7 +8,7 @@ from collectives.ops import MPI_OP
 from util import (ops_at, ALL_DTYPES, LARGE, assert_close, assert_everywhere, make_data, native_supports,
                   ops_for, reference, sizes)
 
-ALGORITHMS = collectives.names("reduce_scatter") + ["reduce_scatter_fused"]
+ALGORITHMS = collectives.names("reduce_scatter") + ["reduce_scatter_fused"] + collectives.shm_names("reduce_scatter")
 
 
 

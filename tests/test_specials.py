@@ -42,7 +42,7 @@ def test_allreduce_specials(comm, mpi_comm, dtype, op):
     for n in COUNTS:
         parts = _inputs(dtype, n, p)
         results = {}
-        for algorithm in collectives.names("allreduce"):
+        for algorithm in collectives.names("allreduce") + collectives.shm_names("allreduce"):
             got = np.full(n, 7, dtype)
             comm.Allreduce(parts[r], got, op=MPI_OP[op], algorithm=algorithm)
             results[algorithm] = got
@@ -60,7 +60,7 @@ def test_reduce_specials(comm, mpi_comm, dtype, op):
         for n in COUNTS:
             parts = _inputs(dtype, n, p)
             results = {}
-            for algorithm in collectives.names("reduce"):
+            for algorithm in collectives.names("reduce") + collectives.shm_names("reduce"):
                 got = np.full(n, 7, dtype)
                 comm.Reduce(parts[r], got, op=MPI_OP[op], root=root, algorithm=algorithm)
                 if r == root:
@@ -80,7 +80,7 @@ def test_reduce_scatter_specials(comm, mpi_comm, dtype, op):
     for block in (1, 7, 1000):
         parts = _inputs(dtype, block * p, p)
         results = {}
-        for algorithm in collectives.names("reduce_scatter"):
+        for algorithm in collectives.names("reduce_scatter") + collectives.shm_names("reduce_scatter"):
             got = np.full(block, 7, dtype)
             comm.Reduce_scatter_block(parts[r], got, op=MPI_OP[op], algorithm=algorithm)
             results[algorithm] = got

@@ -19,7 +19,7 @@ from collectives.exchange import FUSED_BYTES
 from collectives.ops import dtype_code
 from collectives.schedule import ACC, Schedule, run_python
 from collectives.watchdog import StallError
-from tests.util import check_allreduce
+from tests.util import check_allreduce, point_to_point
 
 LIMIT = 0.2  # seconds; only ever reached by the stalls built here
 INT64 = dtype_code(np.int64)
@@ -164,7 +164,7 @@ def test_stall_in_the_checked_exchange_names_the_partner(mpi_comm, monkeypatch, 
     if p & (p - 1) == 0:
         pytest.skip("rank 1 receives first only when the rank count is not a power of two")
     monkeypatch.setattr(comm_module, "NATIVE", NATIVE and path == "native")
-    c = collectives.Comm(mpi_comm, check=True, timeout=LIMIT)
+    c = point_to_point(mpi_comm, check=True, timeout=LIMIT)  # a segment's stall: tests/test_shm.py
     x = np.ones(count, np.float32)
     if c.rank == 1:
         with pytest.raises(StallError) as info:

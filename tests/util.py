@@ -1,4 +1,7 @@
 """Shared test data and checks: inputs that cannot overflow into nonsense, exact references."""
+import contextlib
+import os
+
 import numpy as np
 from mpi4py import MPI
 
@@ -157,3 +160,28 @@ def check_allreduce(comm, world, dtype, counts, label, **kwargs):
                 want = reference(dtype, op, n, p)
             assert_close(got, want, dtype, p, what)
             assert_identical_across_ranks(world, got, what)
+
+
+@contextlib.contextmanager
+def environ(**values):
+    """os.environ with ``values`` set, for the Comms made inside (they read it when made)."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def point_to_point(mpi_comm, **kwargs):
+    """A collectives.Comm without a shared segment (COLLECTIVES_SHM=0): its collectives and
+    its argument check go through MPI, as across nodes."""
+    from collectives import Comm
+
+    with environ(COLLECTIVES_SHM="0"):
+        return Comm(mpi_comm, **kwargs)
+

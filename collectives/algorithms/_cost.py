@@ -8,8 +8,13 @@ Each also has ``STEPS``, the pattern of its messages, which says which measured 
 model gives ``cost`` on shared memory: "exchange" when every rank sends and receives at once in
 each step (ring, pairwise, recursive doubling and halving), whose bytes all cross the one
 memory system together; "one-way" when messages flow to or from a root (trees, linear), as in
-a ping-pong.
+a ping-pong; "shared" for the algorithms that run in a node's shared segment
+(collectives.shm), whose alpha is one phase (every rank's flag seen), beta a byte copied
+through memory and gamma a byte combined.
 """
+import math
+
+from ..constants import SHM_CHUNK
 
 
 def lg(p):
@@ -25,3 +30,8 @@ def pof2(p):
 def folded(p):
     """1 when p is not a power of two (the fold costs two more messages), else 0."""
     return int(p != pof2(p))
+
+
+def rounds(n):
+    """The rounds of a shared-memory algorithm's pipelined form for n bytes (constants.SHM_CHUNK each)."""
+    return max(1, math.ceil(n / SHM_CHUNK))
