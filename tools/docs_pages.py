@@ -92,20 +92,23 @@ def algorithms_page():
 
     rows, sections = [], []
     for collective, algos in registry.ALGORITHMS.items():
-        entries = [(a, False) for a in algos] + [(a, True) for a in registry.NODE_ALGORITHMS.get(collective, [])]
+        entries = ([(a, "") for a in algos] + [(a, "node-aware") for a in registry.NODE_ALGORITHMS.get(collective, [])]
+                   + [(a, "shared memory") for a in registry.SHM.get(collective, [])])
         sections.append(f"## {collective}\n")
-        for algo, node_aware in entries:
+        for algo, kind in entries:
             doc = importlib.import_module(f"collectives.algorithms.{algo.name}").__doc__
             paras = paragraphs(doc)
             short = algo.name[len(collective) + 1:]
-            rows.append(f"| [`{algo.name}`](#{algo.name}) | {collective}{' (node-aware)' if node_aware else ''} | "
+            rows.append(f"| [`{algo.name}`](#{algo.name}) | {collective}{f' ({kind})' if kind else ''} | "
                         f"{_cell(labelled(paras, 'Cost'))} | {_cell(labelled(paras, 'Bytes sent per rank'))} |")
             select = (f"Forced with `algorithm=\"{short}\"` on a call, `algorithms={{\"{collective}\": \"{short}\"}}` "
                       f"on a `Comm` or `COLLECTIVES_{collective.upper()}={short}`")
             if algo.why:
                 select += f"; the selection refuses it when it {algo.why}"
-            if node_aware:
+            if kind == "node-aware":
                 select += "; runs only on a communicator that spans several nodes with several ranks on some node"
+            elif kind:
+                select += "; runs only on a communicator whose ranks share a segment ([shared memory](shm.md))"
             sections.append(f"### {algo.name}\n\n{title(doc)}\n")
             sections += [_bold_label(p) + "\n" for p in paras]
             sections.append(f"*Selection.* {select}.\n")
@@ -121,7 +124,9 @@ def algorithms_page():
         _generated("the headers of collectives/algorithms/*.py, collectives/registry.py and collectives/exchange.py"),
         "Every algorithm is a module `collectives/algorithms/<collective>_<algorithm>.py` that appends one "
         "rank's steps to a schedule, and its name is the same everywhere: the selector key, the test id and "
-        "the benchmark row. Which one runs is decided outside these modules (`collectives/registry.py`): a "
+        "the benchmark row. The shared-memory rows (`*_shm*`) run as phases in a node's segment instead "
+        "(`csrc/shm.c`, [shared memory](shm.md)); their modules hold the same description and cost. "
+        "Which one runs is decided outside these modules (`collectives/registry.py`): a "
         "call's `algorithm=`, then the `Comm`'s `algorithms=`, then `COLLECTIVES_<COLLECTIVE>`, then the `auto` "
         "decision table ([configuration](configuration.md), [using Comm](comm.md)). A forced algorithm whose "
         "restriction does not hold falls back to `auto` and logs why.",
