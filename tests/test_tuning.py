@@ -79,17 +79,21 @@ def test_tune_builds_ranges_from_measured_winners():
     # Unmeasured collectives get a row for every call.
     assert [r.algorithm for r in table.lookup("gather", 64, 1 << 30)] == ["gather_linear"]
     # With a base table, its rows follow the measured ones: the choice beyond what was measured;
-    # its fused row (taken only with the check on, which the sweep does not measure) and its
-    # rows of several nodes (which a sweep on one node does not measure) stay first.
+    # its rows of a shared segment, its fused row (taken only with the check on, which the sweep
+    # does not measure) and its rows of several nodes (which a sweep on one node does not
+    # measure) stay first.
     base = registry.load_table(tune.BASE)
     based = tune.build(sweeps, 0.03, {}, base=base)
     base_rows = [r.as_json() for r in base.rows["allreduce"]]
+    shared = [row for row in base_rows if row.get("transport") == "shm"]
+    k = len(shared)
+    assert shared and base_rows[:k] == shared
     fused = [{"ranks": [1, None], "bytes": [0, FUSED_BYTES], "algorithm": "allreduce_fused"}]
-    assert base_rows[:1] == fused
+    assert base_rows[k:k + 1] == fused
     layouts = [row for row in base_rows if "nodes" in row]
-    assert layouts and base_rows[1:1 + len(layouts)] == layouts
-    assert [r.as_json() for r in based.rows["allreduce"]] == (fused + layouts + got[:4]
-                                                             + base_rows[1 + len(layouts):])
+    assert layouts and base_rows[k + 1:k + 1 + len(layouts)] == layouts
+    assert [r.as_json() for r in based.rows["allreduce"]] == (shared + fused + layouts + got[:4]
+                                                             + base_rows[k + 1 + len(layouts):])
     assert based.lookup("allreduce", 64, 8)[0].algorithm == base.lookup("allreduce", 64, 8)[0].algorithm
     assert [r.algorithm for r in based.rows["gather"]] == [r.algorithm for r in base.rows["gather"]]
 
