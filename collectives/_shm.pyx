@@ -10,6 +10,8 @@ from cpython.pystate cimport PyThreadState
 from libc.stdint cimport int64_t
 from libc.stdlib cimport free, malloc
 
+from collectives._requests cimport NEVER_S
+
 from collectives.watchdog import MAX_PAUSE_S, SPIN_S, YIELD_S
 
 cdef extern from "Python.h":
@@ -55,7 +57,7 @@ cdef class Segment:
             raise MemoryError()
         self.chunk = min(chunk, <Py_ssize_t>self.s.cap)
         self.s.spin_s, self.s.yield_s, self.s.max_pause_s = SPIN_S, YIELD_S, MAX_PAUSE_S
-        self.s.limit = 1e300
+        self.s.limit = NEVER_S
 
     def __dealloc__(self):
         shm_unmap(&self.s)
@@ -77,7 +79,7 @@ cdef class Segment:
 
     def watch(self, double limit):
         """Give up a wait after ``limit`` seconds without a rank arriving (0: never)."""
-        self.s.limit = limit if limit > 0 else 1e300
+        self.s.limit = limit if limit > 0 else NEVER_S
 
     @property
     def cap(self):
