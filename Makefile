@@ -87,9 +87,10 @@ test-start:
 # * tests of no rank count (kernels, schedule simulations, command lines, jobs of their own) run
 #   once, in the 1-rank launch, and again under the NumPy fallback and Open MPI;
 # * the full algorithm x dtype matrix runs at FULL_NPS, a power of two and a number that is not
-#   (with their uneven halves, the 'split' communicator), and under the fallback; the other rank
-#   counts run one dtype per element size, which keeps every count, root, in-place form and
-#   communicator size that chooses an algorithm's code path.
+#   (with their uneven halves, the 'split' communicator); the other rank counts run one dtype per
+#   element size, which keeps every count, root, in-place form and communicator size that
+#   chooses an algorithm's code path; the fallback runs every communicator with one dtype per
+#   element size (its NumPy kernels meet every dtype in the kernel tests it also runs).
 # The launch at WATCHED_NP ranks runs with the stall watchdog on (a limit that must never fire,
 # even oversubscribed), so every collective test also covers the watched path benchmarks measure.
 # The shared-memory engine is off by default when ranks outnumber cores (collectives.shm); the
@@ -115,9 +116,9 @@ test-native: build
 
 test-purepython: build
 	@for n in $(PUREPYTHON_NPS); do \
-	  echo "== pytest at $$n rank(s), NumPy fallback (COLLECTIVES_PUREPYTHON=1), full matrix"; \
+	  echo "== pytest at $$n rank(s), NumPy fallback (COLLECTIVES_PUREPYTHON=1), every communicator, one dtype per size"; \
 	  COLLECTIVES_PUREPYTHON=1 tests/timed.sh "fallback np=$$n" timeout $(TEST_TIMEOUT) $(MPIEXEC) -n $$n \
-	    $(PYTEST) tests $(PYTEST_ARGS) || exit 1; \
+	    $(PYTEST) tests --matrix=sizes $(PYTEST_ARGS) || exit 1; \
 	done
 
 # The kernel tests again with the hand-written SIMD paths capped at AVX2, then at none, so the

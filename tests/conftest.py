@@ -59,9 +59,10 @@ def pytest_addoption(parser, pluginmanager):
     group = parser.getgroup("collectives")
     group.addoption("--serial", choices=("run", "skip", "only"), default="run",
                     help="tests marked serial: run each once on one rank (default), skip them, or run only them")
-    group.addoption("--matrix", choices=("full", "reduced"), default="full",
-                    help="every communicator and, in tests marked matrix, every dtype (default); or "
-                         "only the communicator of all ranks and one dtype per element size")
+    group.addoption("--matrix", choices=("full", "sizes", "reduced"), default="full",
+                    help="every communicator and, in tests marked matrix, every dtype (default); every "
+                         "communicator and one dtype per element size (sizes); or only the "
+                         "communicator of all ranks and one dtype per element size (reduced)")
 
 
 # One dtype per element size: 1, 4, 8 and 16 bytes, integer, real and complex.
@@ -75,9 +76,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         is_serial = item.get_closest_marker("serial") is not None
         params = getattr(getattr(item, "callspec", None), "params", {})
-        thinned = matrix == "reduced" and (
-            params.get("mpi_comm", "world") != "world"
-            or (item.get_closest_marker("matrix") is not None and str(params.get("dtype")) not in REDUCED_DTYPES))
+        thinned = ((matrix == "reduced" and params.get("mpi_comm", "world") != "world")
+                   or (matrix != "full" and item.get_closest_marker("matrix") is not None
+                       and str(params.get("dtype")) not in REDUCED_DTYPES))
         out = (serial == "skip" and is_serial) or (serial == "only" and not is_serial) or thinned
         (drop if out else keep).append(item)
     if drop:
