@@ -23,9 +23,14 @@ The common forms (a contiguous NumPy array, a spec with a predefined datatype an
 counts) resolve without a Python call; the others take the same steps through NumPy.
 """
 from libc.stdlib cimport malloc, free
+from cpython.ref cimport PyObject
+from cpython.sequence cimport PySequence_Fast_GET_SIZE, PySequence_Fast_ITEMS
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_ANY_CONTIGUOUS, PyBUF_FORMAT,
                              PyBUF_WRITABLE)
 cimport numpy as cnp
+import sys
+
 import numpy as np
 from mpi4py cimport MPI
 from mpi4py import MPI as pyMPI
@@ -48,12 +53,18 @@ cdef MPI_Datatype _dt_handle[MAX_DATATYPES]  # predefined datatypes with a NumPy
 cdef int _dt_num[MAX_DATATYPES]
 cdef int _dt_size[MAX_DATATYPES]
 cdef int _ndt = 0
+cdef int _dt_last = 0                # the latest datatype found in the table
 cdef bint _supports[NOPS][NCODES]    # op code x dtype code: MPI defines the reduction
 cdef object _OPS = (pyMPI.SUM, pyMPI.PROD, pyMPI.MIN, pyMPI.MAX, pyMPI.LAND, pyMPI.LOR,
                     pyMPI.LXOR, pyMPI.BAND, pyMPI.BOR, pyMPI.BXOR)  # in OP_NAMES order
 cdef void *_OP_OBJECTS[NOPS]  # the same, for comparing identities without Python calls
+# The ops' names, interned as a literal in a program is: a name passed as one is found by
+# identity too.
+cdef object _OP_NAME_OBJECTS = tuple(sys.intern(name) for name in OP_NAMES)
+cdef void *_OP_NAMES[NOPS]
 for _i in range(NOPS):
     _OP_OBJECTS[_i] = <void *>_OPS[_i]
+    _OP_NAMES[_i] = <void *>_OP_NAME_OBJECTS[_i]
 
 
 def _tables():
@@ -218,22 +229,33 @@ cdef inline int by_size(Py_ssize_t itemsize, int first) noexcept:
 
 
 cdef dict _CHARACTERS = {}  # type character -> (NumPy type number, size), as NumPy reads it
+cdef object _char_last = object()  # the latest type character looked up (held, so identity is sound)
+cdef int _char_num
+cdef Py_ssize_t _char_size
 
 
 cdef int datatype(object dt, object name, int *num, Py_ssize_t *size) except -1:
     """The NumPy type number and size of datatype ``dt`` (an MPI.Datatype or type character)."""
     cdef int i
     cdef MPI_Datatype h
+    global _dt_last, _char_last, _char_num, _char_size
     if type(dt) is MPI.Datatype:
         h = (<MPI.Datatype>dt).ob_mpi
+        if _ndt and _dt_handle[_dt_last] == h:  # a program names the same datatype call after call
+            num[0], size[0] = _dt_num[_dt_last], _dt_size[_dt_last]
+            return 0
         for i in range(_ndt):
             if _dt_handle[i] == h:
+                _dt_last = i
                 num[0], size[0] = _dt_num[i], _dt_size[i]
                 return 0
     if isinstance(dt, MPI.Datatype):
         if dt == pyMPI.DATATYPE_NULL or not dt.is_named:
             raise Native(f"{name}: {type_name(dt)} is not a predefined datatype")
         raise Native(f"{name}: {type_name(dt)} has no NumPy equivalent")
+    if dt is _char_last:
+        num[0], size[0] = _char_num, _char_size
+        return 0
     known = _CHARACTERS.get(dt)
     if known is None:
         try:
@@ -242,6 +264,8 @@ cdef int datatype(object dt, object name, int *num, Py_ssize_t *size) except -1:
             raise TypeError(f"{name}: datatype {dt!r} has no NumPy equivalent") from None
         known = _CHARACTERS[dt] = (d.num, d.itemsize)
     num[0], size[0] = known
+    if type(dt) is str:
+        _char_last, _char_num, _char_size = dt, num[0], size[0]
     return 0
 
 
@@ -301,24 +325,31 @@ cdef int resolve(object spec, object name, bint writable, Py_ssize_t blocks, Arg
     count is per block when the buffer holds ``blocks`` of them (mpi4py's rule for a root's
     buffer of Gather or Scatter)."""
     cdef object obj = spec, dt = None, cnt = None, dis = None
-    cdef Py_ssize_t nbytes, total, count, displ = 0
+    cdef Py_ssize_t n, nbytes, total, count, displ = 0
+    cdef PyObject **item
     if type(spec) is list or type(spec) is tuple:
-        if len(spec) == 2 and is_datatype(spec[1]):
-            obj, dt = spec
-        elif len(spec) == 3 and is_datatype(spec[2]) and (type(spec[1]) is int or (
-                type(spec[1]) is tuple and len(spec[1]) == 2)):
-            obj, cnt, dt = spec
+        # The common forms read through borrowed references; the others through spec_parts.
+        n = PySequence_Fast_GET_SIZE(spec)
+        item = PySequence_Fast_ITEMS(spec)
+        if n == 2 and is_datatype(<object>item[1]):
+            obj, dt = <object>item[0], <object>item[1]
+        elif n == 3 and is_datatype(<object>item[2]) and (type(<object>item[1]) is int or (
+                type(<object>item[1]) is tuple and PyTuple_GET_SIZE(<object>item[1]) == 2)):
+            obj, cnt, dt = <object>item[0], <object>item[1], <object>item[2]
             if type(cnt) is tuple:
-                cnt, dis = cnt
+                cnt, dis = <object>PyTuple_GET_ITEM(cnt, 0), <object>PyTuple_GET_ITEM(cnt, 1)
         else:
             obj, cnt, dis, dt = spec_parts(spec, name, False)
     memory(obj, name, writable, out, &nbytes, held)
     if dt is not None:
         retype(dt, name, cnt is not None, out, &nbytes)
     total = nbytes // out.size if out.size else 0
-    count = total if cnt is None else (cnt if type(cnt) is int else int(cnt)) * blocks
+    if cnt is None:
+        count = total
+    else:
+        count = (<Py_ssize_t>cnt if type(cnt) is int else <Py_ssize_t>int(cnt)) * blocks
     if dis is not None:
-        displ = dis if type(dis) is int else int(dis)
+        displ = <Py_ssize_t>dis if type(dis) is int else <Py_ssize_t>int(dis)
     if count < 0 or displ < 0 or displ + count > total:
         raise ValueError(f"{name}: count {count} at displacement {displ} exceeds the "
                          f"{total}-element buffer")
@@ -442,7 +473,7 @@ cdef int op_code(object op, const Arg *a) except -1:
     ValueError, TypeError or Native (MPI runs the call) as collectives.ops.check_op says."""
     cdef int i = -1, k
     for k in range(NOPS):
-        if <void *>op == _OP_OBJECTS[k]:
+        if <void *>op == _OP_OBJECTS[k] or <void *>op == _OP_NAMES[k]:
             i = k
             break
     if i < 0 and type(op) is str:

@@ -15,6 +15,7 @@ The one part of a description that needs the other ranks is Reduce_scatter's cou
 none are given: ``counts_pending`` says so, and ``finish_reduce_scatter`` completes the
 description once the engine has gathered them, on the thread that runs the call.
 """
+from cpython.unicode cimport PyUnicode_GET_LENGTH
 from libc.stdint cimport int64_t
 from libc.stdlib cimport malloc, free
 cimport numpy as cnp
@@ -138,7 +139,8 @@ cdef class Call:
     cdef int begin(self, int coll, object method, object algorithm) except -1:
         """Start describing a ``method`` call of collective ``coll`` asking for ``algorithm``."""
         cdef int i
-        if algorithm is not None and (algorithm == "auto" or algorithm == ""):
+        if algorithm is not None and type(algorithm) is str and (
+                PyUnicode_GET_LENGTH(algorithm) == 0 or algorithm == "auto"):
             algorithm = None  # auto: what a call naming no algorithm gets
         self.coll, self.method, self.algorithm = coll, method, algorithm
         self.native = self.error = self.op = None

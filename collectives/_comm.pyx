@@ -8,6 +8,7 @@ its way.  collectives.comm.Comm derives from it and adds the rest.
 """
 from mpi4py cimport MPI as cMPI
 from mpi4py import MPI
+from mpi4py.libmpi cimport MPI_Comm
 
 from collectives._engine cimport Engine
 
@@ -114,3 +115,35 @@ cdef class Methods(cMPI.Intracomm):
     def Ibarrier(self, algorithm=None):
         """Nonblocking Barrier; returns a Request."""
         return self._engine.barrier(algorithm, True)
+
+
+cdef class Functional:
+    """The functional calls that run in the engine: ``Functional(wrap).allreduce`` is
+    ``collectives.allreduce``.  ``wrap`` (collectives.comm.wrap) gives an mpi4py
+    intracommunicator's Comm.  A method of an extension type rather than a Python function:
+    the call goes from Python to the engine in one step, and the engine of the latest mpi4py
+    communicator is kept by its handle, so a loop over one communicator finds it without a
+    Python call.
+    """
+    cdef object wrap
+    cdef MPI_Comm last_handle
+    cdef Engine last_engine
+
+    def __init__(self, wrap):
+        self.wrap = wrap
+
+    def allreduce(self, comm, array, op="sum", algorithm="auto", out=None):
+        """``collectives.allreduce(comm, array, op="sum", algorithm="auto", out=None)``: combine
+        ``array`` of every rank with ``op``; every rank gets the result, in ``out`` when given.
+        ``comm`` is a collectives.Comm or an mpi4py intracommunicator."""
+        cdef Engine engine
+        if type(comm) is cMPI.Intracomm:
+            engine = self.last_engine
+            if engine is None or engine.broken is not None or (<cMPI.Comm>comm).ob_mpi != self.last_handle:
+                engine = self.wrap(comm)._engine  # none yet, another communicator, or freed
+                self.last_engine, self.last_handle = engine, (<cMPI.Comm>comm).ob_mpi
+        elif isinstance(comm, Methods) and (<Methods>comm)._engine is not None:
+            engine = (<Methods>comm)._engine
+        else:
+            engine = self.wrap(comm)._engine  # TypeError when comm is not a communicator
+        return engine.allreduce_array(array, op, algorithm, out)

@@ -25,7 +25,7 @@ A call goes down the layers once:
 * **record**: the algorithm that ran, the timeline's records and COLLECTIVES_EXPLAIN's line.
 
 A call no algorithm covers runs MPI's own collective on the private communicator after the
-same agreement.  ``Functional`` gives the functional all-reduce the same path.
+same agreement.  ``collectives._comm.Functional`` gives the functional all-reduce the same path.
 """
 import logging
 import sys
@@ -433,7 +433,7 @@ cdef class Engine:
         (blocking), or queued (nonblocking: its Request).  A nonblocking call whose description
         failed raises at the call; its refusal is queued, so the other ranks raise at wait()."""
         cdef object job, error
-        if c.algorithm is not None and c.error is None and c.algorithm not in self.algo_ids[c.coll]:
+        if c.algorithm is not None and c.error is None and c.algorithm not in <dict>self.algo_ids[c.coll]:
             # An algorithm's name is this rank's own argument: checked here, at the call.
             try:
                 resolve_name(_NAMES[c.coll], c.algorithm)
@@ -519,6 +519,7 @@ cdef class Engine:
         cdef _Plan pl
         cdef uint64_t h
         cdef Py_ssize_t i
+        cdef dict ids
         if self.checked != self.check:  # the check decides whether the fused forms apply
             self.checked = self.check
             self.forget()
@@ -526,7 +527,7 @@ cdef class Engine:
         if algorithm is None:
             c.key[1] = 0
         else:
-            ids = self.algo_ids[c.coll]
+            ids = <dict>self.algo_ids[c.coll]
             word = ids.get(algorithm)
             if word is None:
                 word = ids[algorithm] = len(ids) + 1
@@ -933,32 +934,3 @@ cdef object send_for(cnp.ndarray array, cnp.ndarray out):
     if is_fortran_only(out):
         return array if cnp.PyArray_IS_F_CONTIGUOUS(array) else np.asfortranarray(array)
     return np.ascontiguousarray(array) if is_fortran_only(array) else array
-
-
-cdef class Functional:
-    """The functional calls that run in the engine: ``Functional(wrap, wrapped).allreduce``
-    is ``collectives.allreduce``.  ``wrap`` (collectives.comm.wrap) gives an mpi4py
-    intracommunicator's Comm, and ``wrapped`` keeps those by handle.  A method of an extension
-    type rather than a Python function: the call goes from Python to the engine in one step,
-    with the arguments parsed as fast as a Comm method's.
-    """
-    cdef object wrap
-    cdef dict wrapped
-
-    def __init__(self, wrap, dict wrapped):
-        self.wrap, self.wrapped = wrap, wrapped
-
-    def allreduce(self, comm, array, op="sum", algorithm="auto", out=None):
-        """``collectives.allreduce(comm, array, op="sum", algorithm="auto", out=None)``: combine
-        ``array`` of every rank with ``op``; every rank gets the result, in ``out`` when given.
-        ``comm`` is a collectives.Comm or an mpi4py intracommunicator."""
-        if type(comm) is pyMPI.Intracomm:
-            known = self.wrapped.get(comm.handle)
-            engine = None if known is None else known._engine
-            if engine is None or (<Engine>engine).broken is not None:  # none yet, or freed
-                engine = self.wrap(comm)._engine
-        else:
-            engine = getattr(comm, "_engine", None)
-            if engine is None:
-                engine = self.wrap(comm)._engine
-        return (<Engine>engine).allreduce_array(array, op, algorithm, out)

@@ -16,8 +16,8 @@ import numpy as np
 from mpi4py import MPI
 
 from .agreement import joined
-from ._engine import Functional
-from .comm import _WRAPPED, wrap
+from ._comm import Functional
+from .comm import wrap
 from .schedule import blocks
 
 # What scatter's root tells the others, in int64s: dtype string length (-1: the root's
@@ -56,7 +56,7 @@ def _send(array, out):
     return _input(array, out)
 
 
-allreduce = Functional(wrap, _WRAPPED).allreduce
+allreduce = Functional(wrap).allreduce
 
 
 def iallreduce(comm, array, op="sum", algorithm="auto", out=None):

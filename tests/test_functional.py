@@ -81,6 +81,22 @@ def test_wrapping_is_cached_and_freed_with_the_communicator(mpi_comm):
         collectives.wrap("world")
 
 
+
+def test_allreduce_follows_the_communicator_it_is_given(mpi_comm):
+    """Calls alternating between communicators of different groups, and a communicator freed
+    and another made (MPI may hand out the freed one's handle again), each reduce over the
+    ranks of the communicator passed."""
+    half = mpi_comm.Split(mpi_comm.rank % 2, mpi_comm.rank)
+    x = np.full(3, mpi_comm.rank + 1.0)
+    for _ in range(2):
+        np.testing.assert_array_equal(F.allreduce(half, x), _native(half, x))
+        np.testing.assert_array_equal(F.allreduce(mpi_comm, x), _native(mpi_comm, x))
+    for parent in (mpi_comm, half, mpi_comm, half):
+        dup = parent.Dup()
+        np.testing.assert_array_equal(F.allreduce(dup, x), _native(parent, x))
+        dup.Free()
+    half.Free()
+
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_bcast(either, mpi_comm, shape):
     p, r = mpi_comm.size, mpi_comm.rank
