@@ -139,8 +139,7 @@ cdef class Call:
     cdef int begin(self, int coll, object method, object algorithm) except -1:
         """Start describing a ``method`` call of collective ``coll`` asking for ``algorithm``."""
         cdef int i
-        if algorithm is not None and type(algorithm) is str and (
-                PyUnicode_GET_LENGTH(algorithm) == 0 or algorithm == "auto"):
+        if isinstance(algorithm, str) and (PyUnicode_GET_LENGTH(algorithm) == 0 or algorithm == "auto"):
             algorithm = None  # auto: what a call naming no algorithm gets
         self.coll, self.method, self.algorithm = coll, method, algorithm
         self.native = self.error = self.op = None

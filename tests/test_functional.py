@@ -81,7 +81,6 @@ def test_wrapping_is_cached_and_freed_with_the_communicator(mpi_comm):
         collectives.wrap("world")
 
 
-
 def test_allreduce_follows_the_communicator_it_is_given(mpi_comm):
     """Calls alternating between communicators of different groups, and a communicator freed
     and another made (MPI may hand out the freed one's handle again), each reduce over the
@@ -96,6 +95,7 @@ def test_allreduce_follows_the_communicator_it_is_given(mpi_comm):
         np.testing.assert_array_equal(F.allreduce(dup, x), _native(parent, x))
         dup.Free()
     half.Free()
+
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_bcast(either, mpi_comm, shape):
