@@ -357,6 +357,42 @@ def test_auto_takes_the_segment(mpi_comm):
     c.Free()
 
 
+# (method, bytes of the whole buffer, what auto runs at 2 ranks on a segment): the tuning rows
+# that send point to point, and the segment's own form on the far side of their bounds.
+POINT_TO_POINT_ROWS = [("Bcast", 256 << 10, "bcast_binomial"), ("Bcast", 1 << 20, "bcast_shm"),
+                       ("Gather", 384 << 10, "gather_binomial"), ("Gather", 256 << 10, "gather_shm"),
+                       ("Scatter", 128 << 10, "scatter_linear"), ("Scatter", 64 << 10, "scatter_shm")]
+
+
+@pytest.mark.parametrize("method, nbytes, algorithm", POINT_TO_POINT_ROWS)
+def test_auto_leaves_the_segment_where_one_mpi_message_is_faster(mpi_comm, method, nbytes, algorithm):
+    """At 2 ranks auto sends large scatters, and broadcasts and gathers of some sizes, point to
+    point (docs/shm.md); either side of those rows' bounds the results are MPI's."""
+    if mpi_comm.size != 2:
+        pytest.skip("the rows are for 2 ranks")
+    c = shared_or_skip(mpi_comm)
+    p, r, whole = c.size, c.rank, nbytes // 8
+    if method == "Bcast":
+        got = make_data(np.float64, "sum", whole, 0) if r == 0 else np.zeros(whole)
+        want = got.copy()
+        c.Bcast(got)
+        mpi_comm.Bcast(want)
+    elif method == "Gather":
+        mine = make_data(np.float64, "sum", whole // p, r)
+        got, want = (np.zeros(whole), np.zeros(whole)) if r == 0 else (None, None)
+        c.Gather(mine, got)
+        mpi_comm.Gather(mine, want)
+    else:
+        send = make_data(np.float64, "sum", whole, 0) if r == 0 else None
+        got, want = np.zeros(whole // p), np.zeros(whole // p)
+        c.Scatter(send, got)
+        mpi_comm.Scatter(send, want)
+    assert c.last_algorithm == algorithm, (method, nbytes, c.last_algorithm)
+    if got is not None:
+        np.testing.assert_array_equal(got, want)
+    c.Free()
+
+
 @pytest.mark.serial
 def test_when_no_segment_is_made():
     settings = config.snapshot({})
