@@ -96,6 +96,12 @@ class BuildExt(build_ext):
         if self.parallel is None:
             self.parallel = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
+    def run(self):
+        # The build command runs build_clib before build_ext; an in-place or editable build runs
+        # build_ext alone.
+        self.run_command("build_clib")
+        super().run()
+
     def build_extensions(self):
         import mpi4py
         import numpy
@@ -108,9 +114,9 @@ class BuildExt(build_ext):
                 for key, value in flags.items():
                     getattr(ext, key).extend(value)
         self.forget_other_mpi(flags)
-        # Cython runs here, in one thread, before the parallel C compiles.  embedsignature puts
-        # each function's signature in its docstring, where help() and the docs' autodoc read it.
-        done = {ext.name: ext for ext in cythonize(self.extensions,
+        # Cython runs here, one process per core, before the parallel C compiles.  embedsignature
+        # puts each function's signature in its docstring, where help() and the docs' autodoc read it.
+        done = {ext.name: ext for ext in cythonize(self.extensions, nthreads=self.parallel,
                                                    compiler_directives={"language_level": 3, "embedsignature": True},
                                                    quiet=True, force=self.force)}
         for ext in self.extensions:
@@ -134,24 +140,32 @@ class BuildExt(build_ext):
             f.write(text)
 
 
+# The kernels several extensions call are compiled once, into a static library (build_clib) that
+# every extension links; each takes only the objects it calls.
+SHARED_C = ["csrc/reduce.c", "csrc/shm.c"]
+LIBRARIES = [("collectives_csrc", dict(sources=SHARED_C, include_dirs=["csrc"], cflags=CFLAGS,
+                                       obj_deps={"": sorted(glob.glob("csrc/*.h"))}))]
+
+
 def extension(name, sources):
+    # The shared C is a dependency, so an extension is linked again when it changes; shm.c's
     # shm_open lives in librt on a glibc older than 2.34.
     return Extension(name, sources, include_dirs=["csrc"], extra_compile_args=CFLAGS,
-                     libraries=["rt"] if "csrc/shm.c" in sources else [],
-                     depends=sorted(glob.glob("csrc/*.h")) + sorted(glob.glob("collectives/_*.pxd")))
+                     libraries=["collectives_csrc", "rt"],
+                     depends=SHARED_C + sorted(glob.glob("csrc/*.h")) + sorted(glob.glob("collectives/_*.pxd")))
 
 
 EXTENSIONS = [
-    extension("collectives._kernels", ["collectives/_kernels.pyx", "csrc/reduce.c"]),
+    extension("collectives._kernels", ["collectives/_kernels.pyx"]),
     extension("collectives._compress", ["collectives/_compress.pyx", "csrc/quantize.c", "csrc/sparsify.c"]),
     extension("collectives._timeline", ["collectives/_timeline.pyx"]),
     extension("collectives._requests", ["collectives/_requests.pyx"]),
     extension("collectives._mpit", ["collectives/_mpit.pyx"]),
-    extension("collectives._exchange", ["collectives/_exchange.pyx", "csrc/reduce.c"]),
-    extension("collectives._executor", ["collectives/_executor.pyx", "csrc/reduce.c"]),
-    extension("collectives._buffers", ["collectives/_buffers.pyx", "csrc/reduce.c"]),
-    extension("collectives._engine", ["collectives/_engine.pyx", "csrc/reduce.c", "csrc/shm.c"]),
-    extension("collectives._shm", ["collectives/_shm.pyx", "csrc/shm.c", "csrc/reduce.c"]),
+    extension("collectives._exchange", ["collectives/_exchange.pyx"]),
+    extension("collectives._executor", ["collectives/_executor.pyx"]),
+    extension("collectives._buffers", ["collectives/_buffers.pyx"]),
+    extension("collectives._engine", ["collectives/_engine.pyx"]),
+    extension("collectives._shm", ["collectives/_shm.pyx"]),
     extension("collectives._call", ["collectives/_call.pyx"]),
     extension("collectives._comm", ["collectives/_comm.pyx"]),
 ]
@@ -161,6 +175,7 @@ setup(
     # collectives at the top level of site-packages.  bench/studies/ is not installed.
     packages=find_packages(include=["collectives", "collectives.*"]) + ["collectives.bench"],
     package_dir={"collectives.bench": "bench"},
+    libraries=LIBRARIES,
     ext_modules=EXTENSIONS,
     cmdclass={"build_ext": BuildExt},
 )
