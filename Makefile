@@ -86,8 +86,9 @@ test-start:
 # Where each test runs (tests/conftest.py's --serial and --matrix):
 # * tests of no rank count (kernels, schedule simulations, command lines, jobs of their own) run
 #   once, in the 1-rank launch, and again under the NumPy fallback and Open MPI;
-# * the full algorithm x dtype matrix runs at FULL_NPS, a power of two and a number that is not
-#   (with their uneven halves, the 'split' communicator); the other rank counts run one dtype per
+# * every dtype of the algorithm x dtype matrix runs at DTYPES_NPS, a number that is not a power
+#   of two and one that is, on the communicator of all ranks; their other communicators (COMM_SELF
+#   and the uneven halves, the 'split' communicator) and the other rank counts run one dtype per
 #   element size, which keeps every count, root, in-place form and communicator size that
 #   chooses an algorithm's code path; the fallback runs every communicator with one dtype per
 #   element size (its NumPy kernels meet every dtype in the kernel tests it also runs).
@@ -96,7 +97,7 @@ test-start:
 # The shared-memory engine is off by default when ranks outnumber cores (collectives.shm); the
 # launches at SHM_NPS force it on, so it is tested at every rank count, and the one at P2P_NP
 # forces it off, so the point-to-point path and its check are tested on one node too.
-FULL_NPS ?= 3 4
+DTYPES_NPS ?= 3 4
 WATCHED_NP ?= 4
 WATCHED_TIMEOUT ?= 120
 SHM_NPS ?= 3 4 8
@@ -107,7 +108,7 @@ test-native: build
 	  watch=; [ $$n = "$(WATCHED_NP)" ] && watch=COLLECTIVES_TIMEOUT=$(WATCHED_TIMEOUT); \
 	  case " $(SHM_NPS) " in *" $$n "*) watch="$$watch COLLECTIVES_SHM=1";; esac; \
 	  [ $$n = "$(P2P_NP)" ] && watch="$$watch COLLECTIVES_SHM=0"; \
-	  matrix=reduced; case " $(FULL_NPS) " in *" $$n "*) matrix=full;; esac; \
+	  matrix=reduced; case " $(DTYPES_NPS) " in *" $$n "*) matrix=dtypes;; esac; \
 	  serial=skip; [ $$n = 1 ] && serial=run; \
 	  echo "== pytest at $$n rank(s), $$matrix matrix, serial tests: $$serial$${watch:+, $$watch}"; \
 	  env $$watch tests/timed.sh "np=$$n" timeout $(TEST_TIMEOUT) $(MPIEXEC) -n $$n $(PYTEST) tests \

@@ -11,14 +11,17 @@ Two options shape a launch, so that ``make test`` runs each test where it can fi
   count (kernels, schedule simulations, cost models, command lines, jobs of their own).
   With ``run`` (the default) each runs once, on one rank of the launch; ``skip`` leaves them
   out, ``only`` runs nothing else.
-* ``--matrix=full|reduced``: what a launch adds to the others.  ``full`` runs every test on
-  every communicator of ``COMMS`` and, in the tests marked ``matrix``, every dtype.
-  ``reduced`` keeps what the launch's rank count alone brings: the communicator of all its
-  ranks (COMM_SELF and the uneven halves have sizes that smaller launches cover whole) and,
-  in the matrix tests, the dtypes of ``REDUCED_DTYPES``, one per element size, which take
-  every code path of the algorithms (the counts, roots and in-place forms that choose those
-  paths all stay).  The op x dtype pairs the reduced matrix drops are properties of the
-  reduction kernels, which the serial kernel tests cover for every pair.
+* ``--matrix=full|dtypes|sizes|reduced``: what a launch adds to the others.  ``full`` runs
+  every test on every communicator of ``COMMS`` and, in the tests marked ``matrix``, every
+  dtype.  ``dtypes`` runs every dtype on the communicator of all ranks, and the other
+  communicators with the dtypes of ``REDUCED_DTYPES``, one per element size, which take every
+  code path of the algorithms (the counts, roots and in-place forms that choose those paths
+  all stay): what a dtype changes is the same on every communicator.  ``sizes`` runs every
+  communicator with those dtypes.  ``reduced`` keeps what the launch's rank count alone
+  brings: the communicator of all its ranks (COMM_SELF and the uneven halves have sizes that
+  smaller launches cover whole) with those dtypes.  The op x dtype pairs the thinned matrices
+  drop are properties of the reduction kernels, which the serial kernel tests cover for every
+  pair.
 """
 import io
 import os
@@ -59,10 +62,11 @@ def pytest_addoption(parser, pluginmanager):
     group = parser.getgroup("collectives")
     group.addoption("--serial", choices=("run", "skip", "only"), default="run",
                     help="tests marked serial: run each once on one rank (default), skip them, or run only them")
-    group.addoption("--matrix", choices=("full", "sizes", "reduced"), default="full",
+    group.addoption("--matrix", choices=("full", "dtypes", "sizes", "reduced"), default="full",
                     help="every communicator and, in tests marked matrix, every dtype (default); every "
-                         "communicator and one dtype per element size (sizes); or only the "
-                         "communicator of all ranks and one dtype per element size (reduced)")
+                         "dtype on the communicator of all ranks and one dtype per element size on the "
+                         "others (dtypes); every communicator and one dtype per element size (sizes); "
+                         "or only the communicator of all ranks and one dtype per element size (reduced)")
 
 
 # One dtype per element size: 1, 4, 8 and 16 bytes, integer, real and complex.
@@ -76,8 +80,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         is_serial = item.get_closest_marker("serial") is not None
         params = getattr(getattr(item, "callspec", None), "params", {})
-        thinned = ((matrix == "reduced" and params.get("mpi_comm", "world") != "world")
-                   or (matrix != "full" and item.get_closest_marker("matrix") is not None
+        world = params.get("mpi_comm", "world") == "world"
+        thinned = ((matrix == "reduced" and not world)
+                   or (matrix != "full" and not (matrix == "dtypes" and world)
+                       and item.get_closest_marker("matrix") is not None
                        and str(params.get("dtype")) not in REDUCED_DTYPES))
         out = (serial == "skip" and is_serial) or (serial == "only" and not is_serial) or thinned
         (drop if out else keep).append(item)
@@ -103,7 +109,7 @@ def pytest_runtest_setup(item):
 def pytest_configure(config):
     config.addinivalue_line("markers", "serial(alone=False): independent of the launch's rank count; runs on "
                             "one rank, and with alone=True only in a launch of one rank")
-    config.addinivalue_line("markers", "matrix: an algorithm x dtype matrix that --matrix=reduced thins")
+    config.addinivalue_line("markers", "matrix: an algorithm x dtype matrix that --matrix other than full thins")
     if WORLD.rank:
         config._rank_report = io.StringIO()
         reporter = config.pluginmanager.get_plugin("terminalreporter")

@@ -254,7 +254,7 @@ def test_bad_layout(spec):
 @own_jobs
 def test_six_ranks_in_a_job_of_their_own():
     """2x3 and 3x2 need 6 ranks, which the suite's launches (1..5, 8) never have: launch them,
-    with the reduced matrix of every rank count that is not a full one (make test's FULL_NPS)."""
+    with the reduced matrix of the rank counts outside make test's DTYPES_NPS."""
 
     done = mpiexec(6, ["-m", "pytest", "-p", "no:cacheprovider", "-q", "-k", "2x3 or 3x2", "tests/test_node.py",
                        "--matrix=reduced", "--serial=skip"],
