@@ -350,16 +350,28 @@ static size_t rounds_for(size_t total, size_t budget, size_t pieces)
 
 /* ---- all-reduce, reduce, reduce-scatter -------------------------------------------------- */
 
-/* Combine in rank order into ``dst`` the ``n`` elements at ``src[r]`` of every rank r. */
-static int combine(void *dst, const void *const *src, int p, size_t n, int dtype, int op)
+/* Bytes of a combine's piece: the piece of the result and of each source stay in L1 while the
+ * piece is reduced from every source and copied on, so the result is read from memory once
+ * instead of once per source. */
+#define PIECE 16384
+
+/* Combine in rank order into ``dst`` the ``n`` elements at ``src[r]`` of every rank r, and
+ * copy the result to ``copy`` too unless it is NULL. */
+static int combine(void *dst, const void *const *src, int p, size_t n, int dtype, int op, void *copy)
 {
-    size_t e = ck_itemsize(dtype);
+    size_t e = ck_itemsize(dtype), step = PIECE / e, at, len;
     int r;
-    if (dst != src[0])
-        memmove(dst, src[0], n * e);
-    for (r = 1; r < p; r++)
-        if (ck_reduce(dst, src[r], n, dtype, op) != 0)
-            return SHM_BAD_OP;
+    for (at = 0; at < n; at += len) {
+        char *d = (char *)dst + at * e;
+        len = n - at < step ? n - at : step;
+        if (dst != src[0])
+            memmove(d, (const char *)src[0] + at * e, len * e);
+        for (r = 1; r < p; r++)
+            if (ck_reduce(d, (const char *)src[r] + at * e, len, dtype, op) != 0)
+                return SHM_BAD_OP;
+        if (copy)
+            memcpy((char *)copy + at * e, d, len * e);
+    }
     return 0;
 }
 
@@ -399,7 +411,7 @@ int shm_reduce(shm_seg *s, int64_t *vec, int nf, int w, int check, const void *i
             return rc;
         if (!all && i != root)
             return 0;
-        return combine(out, sources(s, n, nf, 0, inplace ? NULL : in), p, count, dtype, op);
+        return combine(out, sources(s, n, nf, 0, inplace ? NULL : in), p, count, dtype, op, NULL);
     }
     /* Split: block b of the vector is rank b's to combine, ``rounds`` slices of it per call;
      * each round, every rank puts the slices of the blocks others combine in its region
@@ -427,13 +439,12 @@ int shm_reduce(shm_seg *s, int64_t *vec, int nf, int w, int check, const void *i
         /* This rank's slice: into the output at the root (its own block there), else into the
          * region of the next phase, which every rank may overwrite now. */
         own = inplace ? NULL : (const char *)in + at * e;
-        char *dst = (all || i == root) ? (char *)out + at * e : data(s, i, n + 1, 0);
-        if ((rc = combine(dst, sources(s, n, step ? 0 : nf, mine_at * e, own), p, len, dtype, op)) != 0)
+        char *next_region = data(s, i, n + 1, 0);
+        char *dst = (all || i == root) ? (char *)out + at * e : next_region;
+        rc = combine(dst, sources(s, n, step ? 0 : nf, mine_at * e, own), p, len, dtype, op,
+                     dst != next_region && p > 1 ? next_region : NULL);
+        if (rc != 0)
             return rc;
-        if (all || i == root) {
-            if (p > 1)
-                memcpy(data(s, i, n + 1, 0), dst, len * e);
-        }
         n = ++s->phase;
         if ((rc = next(s, n, step + 1)) != 0)
             return rc;
@@ -485,7 +496,7 @@ int shm_reduce_scatter(shm_seg *s, int64_t *vec, int nf, int w, int check, const
         if ((rc = phase(s, n, step, vec, nf, w, check)) != 0)
             return rc;
         rc = combine((char *)out + at * e, sources(s, n, step ? 0 : nf, mine_at * e,
-                                                    (const char *)in + (start + at) * e), p, len, dtype, op);
+                                                    (const char *)in + (start + at) * e), p, len, dtype, op, NULL);
         if (rc != 0)
             return rc;
     }
