@@ -11,17 +11,16 @@ Two options shape a launch, so that ``make test`` runs each test where it can fi
   count (kernels, schedule simulations, cost models, command lines, jobs of their own).
   With ``run`` (the default) each runs once, on one rank of the launch; ``skip`` leaves them
   out, ``only`` runs nothing else.
-* ``--matrix=full|dtypes|sizes|reduced``: what a launch adds to the others.  ``full`` runs
-  every test on every communicator of ``COMMS`` and, in the tests marked ``matrix``, every
-  dtype.  ``dtypes`` runs every dtype on the communicator of all ranks, and the other
-  communicators with the dtypes of ``REDUCED_DTYPES``, one per element size, which take every
-  code path of the algorithms (the counts, roots and in-place forms that choose those paths
-  all stay): what a dtype changes is the same on every communicator.  ``sizes`` runs every
-  communicator with those dtypes.  ``reduced`` keeps what the launch's rank count alone
-  brings: the communicator of all its ranks (COMM_SELF and the uneven halves have sizes that
-  smaller launches cover whole) with those dtypes.  The op x dtype pairs the thinned matrices
-  drop are properties of the reduction kernels, which the serial kernel tests cover for every
-  pair.
+* ``--matrix=full|dtypes|reduced``: what a launch adds to the others.  ``full`` runs every
+  test on every communicator of ``COMMS`` and, in the tests marked ``matrix``, every dtype.
+  ``dtypes`` runs every dtype on the communicator of all ranks, and the other communicators
+  with the dtypes of ``REDUCED_DTYPES``, one per element size, which take every code path of
+  the algorithms (the counts, roots and in-place forms that choose those paths all stay):
+  what a dtype changes is the same on every communicator.  ``reduced`` keeps what the
+  launch's rank count alone brings: the communicator of all its ranks (COMM_SELF and the
+  uneven halves have sizes that smaller launches cover whole) with those dtypes.  The op x
+  dtype pairs the thinned matrices drop are properties of the reduction kernels, which the
+  serial kernel tests cover for every pair.
 """
 import io
 import os
@@ -62,11 +61,11 @@ def pytest_addoption(parser, pluginmanager):
     group = parser.getgroup("collectives")
     group.addoption("--serial", choices=("run", "skip", "only"), default="run",
                     help="tests marked serial: run each once on one rank (default), skip them, or run only them")
-    group.addoption("--matrix", choices=("full", "dtypes", "sizes", "reduced"), default="full",
+    group.addoption("--matrix", choices=("full", "dtypes", "reduced"), default="full",
                     help="every communicator and, in tests marked matrix, every dtype (default); every "
                          "dtype on the communicator of all ranks and one dtype per element size on the "
-                         "others (dtypes); every communicator and one dtype per element size (sizes); "
-                         "or only the communicator of all ranks and one dtype per element size (reduced)")
+                         "others (dtypes); or only the communicator of all ranks and one dtype per element "
+                         "size (reduced)")
 
 
 # One dtype per element size: 1, 4, 8 and 16 bytes, integer, real and complex.
