@@ -32,6 +32,11 @@ and projected to large rank counts.
     and out of it;
   - share(p), the slowdown of that kernel (256 KiB) when p processes run it at once on this
     machine's cores, p = 1..8 (gamma x share(p): the ranks combine at once).
+  - for the algorithms whose STEPS are "shared" (they run in the node's shared segment), the
+    memory-bandwidth term: beta(n), the per-byte time of ``np.copyto`` at n bytes, 4 KiB ..
+    64 MiB, in cache and out of it, x share(p) (the ranks copy at once); and their alpha(p),
+    one phase, barrier_shm's p50 at p ranks (a barrier is one phase; the call's entry, which
+    it includes, the fixed cost below takes back).
   The model predicts the median call (p50), so these are medians too.  ``alpha_s`` (printed)
   is the fastest one-way time at np=2.  The projection uses none of these: its interconnects
   have one alpha and beta, one rank per core and no cache effect, and it keeps gamma as one
@@ -106,7 +111,7 @@ def cost_of(name):
 
 
 def steps_of(name):
-    """The ``STEPS`` of algorithm ``name``: "exchange" or "one-way" (collectives.algorithms._cost)."""
+    """The ``STEPS`` of algorithm ``name``: "exchange", "one-way" or "shared" (collectives.algorithms._cost)."""
     return importlib.import_module(f"collectives.algorithms.{name}").STEPS
 
 
@@ -174,12 +179,20 @@ def _kernel(nbytes):
     return lambda: kernels.reduce_into(dst, src, code, add)
 
 
-def fit_gamma_by_size(repeats=7):
-    """[(bytes, s/byte)]: the float32 sum kernel's median per-byte time of ``repeats`` runs at
-    each size, 4 KiB .. 64 MiB (a run of many calls below 1 MiB, timed together)."""
+def _copy(nbytes):
+    """A call of ``np.copyto`` of ``nbytes`` between buffers of its own."""
+    import numpy as np
+
+    dst, src = np.zeros(nbytes, np.uint8), np.ones(nbytes, np.uint8)
+    return lambda: np.copyto(dst, src)
+
+
+def by_size(make, repeats=7):
+    """[(bytes, s/byte)]: the median per-byte time of ``repeats`` runs of ``make(nbytes)``'s call
+    at each of KERNEL_SIZES (a run of many calls below 1 MiB, timed together)."""
     table = []
     for nbytes in KERNEL_SIZES:
-        call = _kernel(nbytes)
+        call = make(nbytes)
         calls = max(1, (1 << 20) // nbytes)
         call()
         times = []
@@ -190,6 +203,25 @@ def fit_gamma_by_size(repeats=7):
             times.append((time.perf_counter() - t0) / calls)
         table.append((nbytes, statistics.median(times) / nbytes))
     return table
+
+
+def fit_gamma_by_size(repeats=7):
+    """gamma(n): the float32 sum kernel's per-byte time at each size, 4 KiB .. 64 MiB."""
+    return by_size(_kernel, repeats)
+
+
+def fit_copy_by_size(repeats=7):
+    """The shared-memory beta(n): a copy's per-byte time at each size, 4 KiB .. 64 MiB."""
+    return by_size(_copy, repeats)
+
+
+def fit_phase(rows):
+    """One phase in seconds from a barrier_shm launch's rows: its p50."""
+    found = [row["p50(us)"] * 1e-6 for row in rows if row["algorithm"] == "barrier_shm" and row["p50(us)"] is not None]
+    if not found:
+        raise SystemExit("collectives-bench model: the barrier_shm launch has no barrier_shm row "
+                         "(no shared segment on this node?)")
+    return min(found)
 
 
 def one_gamma(table):
@@ -243,7 +275,7 @@ def fit(budget, ranks=RANKS, wait=None):
     """Fitted parameters (the module docstring): alpha(p) and beta(p, n) from a ping-pong launch
     at each p of ``ranks`` (each after waiting up to ``wait`` seconds for the fast state, as
     launches.py does; None: no probe), gamma(n) and share(p) in this process."""
-    pings, exchanges = {}, {}
+    pings, exchanges, phases = {}, {}, {}
     for p in ranks:
         for test, into in (("latency", pings), ("exchange", exchanges)):
             print(f"[collectives-bench model] {test} at np={p}", file=sys.stderr)
@@ -251,7 +283,14 @@ def fit(budget, ranks=RANKS, wait=None):
             if error:
                 raise SystemExit(f"collectives-bench model: the {test} launch at np={p} failed: {error}")
             into[p] = results[0]["rows"]
-    print("[collectives-bench model] the reduction kernel and its sharing", file=sys.stderr)
+        print(f"[collectives-bench model] barrier_shm at np={p}", file=sys.stderr)
+        # The segment is made whatever the cores (COLLECTIVES_SHM=1), as the benchmark runs it.
+        results, error = launch(p, ["barrier", "-a", "barrier_shm", "--budget", str(budget)],
+                                env={"COLLECTIVES_SHM": "1"}, wait=wait)
+        if error:
+            raise SystemExit(f"collectives-bench model: the barrier_shm launch at np={p} failed: {error}")
+        phases[p] = fit_phase(results[0]["rows"])
+    print("[collectives-bench model] the reduction kernel, a copy and their sharing", file=sys.stderr)
     gamma = fit_gamma_by_size()
     beta = {p: fit_beta(rows) for p, rows in pings.items()}
     return {"alpha_s": fit_alpha(pings[min(pings)]), "gamma_s_per_byte": one_gamma(gamma),
@@ -260,7 +299,8 @@ def fit(budget, ranks=RANKS, wait=None):
             "exchange": [(p, [(r["size"], r["p50(us)"] * 1e-6) for r in rows
                               if r["algorithm"] == "native" and r["p50(us)"] is not None])
                          for p, rows in exchanges.items()],
-            "gamma_by_size": gamma, "share_by_ranks": fit_share(max(ranks)), "cores": len(os.sched_getaffinity(0)),
+            "gamma_by_size": gamma, "copy_by_size": fit_copy_by_size(), "phase": sorted(phases.items()),
+            "share_by_ranks": fit_share(max(ranks)), "cores": len(os.sched_getaffinity(0)),
             "ping_pong_us": [(p, [(r["size"], r["min(us)"], r["p50(us)"]) for r in rows if r["algorithm"] == "native"])
                              for p, rows in pings.items()]}
 
@@ -270,13 +310,22 @@ def shm_params(params, p, n, steps="one-way"):
     (the module docstring): alpha(p), beta(p, n), gamma(n) x share(p); the pipelined alpha(p)
     and its beta(p, n) when n / p is beyond the eager cell.  ``steps`` "exchange" (an
     algorithm's STEPS): beta(p, n) from the exchange instead, (its p50 at n - that alpha) / n,
-    so one step of n bytes costs the measured exchange."""
-    missing = {"ping_pong", "pipeline", "exchange", "gamma_by_size", "share_by_ranks"} - params.keys()
+    so one step of n bytes costs the measured exchange; "shared": one phase and a copy's
+    per-byte time x share(p)."""
+    needed = {"ping_pong", "pipeline", "exchange", "gamma_by_size", "share_by_ranks"}
+    missing = (needed | ({"copy_by_size", "phase"} if steps == "shared" else set())) - params.keys()
     if missing:
         raise SystemExit(f"collectives-bench model: the parameters lack {', '.join(sorted(missing))} "
                          "(an older fit): fit again")
     pings = {q: (alpha, table) for q, alpha, table in params["ping_pong"]}
     share = dict(map(tuple, params["share_by_ranks"]))
+    gamma = per_byte(params["gamma_by_size"], n) * share[p] if p in share else None
+    if steps == "shared":
+        phase = dict(map(tuple, params["phase"]))
+        if p not in phase or gamma is None:
+            raise SystemExit(f"collectives-bench model: the fit has no phase or kernel sharing at np={p} "
+                             f"(phase at {sorted(phase)}, sharing at {sorted(share)}): fit with --ranks")
+        return phase[p], per_byte(params["copy_by_size"], n) * share[p], gamma
     if p not in pings or p not in share:
         raise SystemExit(f"collectives-bench model: the fit has no ping-pong or kernel sharing at np={p} "
                          f"(ping-pong at {sorted(pings)}, sharing at {sorted(share)}): fit with --ranks")
@@ -288,7 +337,7 @@ def shm_params(params, p, n, steps="one-way"):
         if times is None:
             raise SystemExit(f"collectives-bench model: the fit has no exchange at np={p}: fit with --ranks")
         table = [(m, max(t - alpha, 0.0) / m) for m, t in times if m >= SMALL]
-    return alpha, per_byte(table, n), per_byte(params["gamma_by_size"], n) * share[p]
+    return alpha, per_byte(table, n), gamma
 
 
 def predicted(name, p, n, params):

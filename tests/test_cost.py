@@ -233,6 +233,33 @@ def test_shm_params_by_hand():
             shm_params({k: v for k, v in SHM.items() if k != key}, 3, 16384)
 
 
+def test_shm_params_of_the_shared_segment_by_hand():
+    from bench.model import predicted, shm_params
+
+    # A copy at 0.05 ns/B at 4 KiB and 0.2 ns/B from 64 KiB; one phase 0.4 us at np=3.
+    shared = dict(SHM, copy_by_size=[[4096, 5e-11], [65536, 2e-10]], phase=[[3, 4e-7]])
+    # 16 KiB is half way from 4 KiB to 64 KiB in lg n; the 3 ranks copy and combine at once (1.5x).
+    assert shm_params(shared, 3, 16384, "shared") == pytest.approx((4e-7, 1.25e-10 * 1.5, 2e-11 * 1.5))
+    # The pipelined all-reduce of 1 MiB: 4 rounds of 256 KiB, two phases each, 2 n copied at
+    # 0.3 ns/B, two thirds of n combined at 0.045 ns/B.
+    n = 1 << 20
+    assert predicted("allreduce_shm_pipelined", 3, n, shared) == pytest.approx(
+        8 * 4e-7 + 2 * n * 3e-10 + 2 / 3 * n * 4.5e-11)
+    with pytest.raises(SystemExit, match="lack copy_by_size, phase"):
+        shm_params(SHM, 3, 16384, "shared")
+    with pytest.raises(SystemExit, match="no phase or kernel sharing at np=4"):
+        shm_params(shared, 4, 16384, "shared")
+
+
+def test_fit_phase_takes_barrier_shm():
+    from bench.model import fit_phase
+
+    rows = [{"algorithm": "native", "p50(us)": 2.0}, {"algorithm": "barrier_shm", "p50(us)": 0.5}]
+    assert fit_phase(rows) == pytest.approx(5e-7)
+    with pytest.raises(SystemExit, match="no barrier_shm row"):
+        fit_phase(rows[:1])
+
+
 def test_model_fits_the_pipelined_alpha_from_the_ping_pong_beyond_the_eager_cell():
     from bench import model
 
