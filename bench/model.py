@@ -367,12 +367,12 @@ def compare(results, params):
     """Rows (collective, np, size, algorithm, measured p50 us, measured min us, predicted us, fixed
     us, error against p50, error against min) at LARGE and up, the fixed cost included in the
     prediction (an algorithm without a row at SMALL has none: the cell is left out)."""
-    from collectives.registry import ALGORITHMS
+    from collectives.registry import ALGORITHMS, SHM
 
     out = []
     for result in results:
         p = result["np"]
-        names = {algo.name for algo in ALGORITHMS.get(result["collective"], ())}
+        names = {algo.name for algo in [*ALGORITHMS.get(result["collective"], ()), *SHM.get(result["collective"], ())]}
         fixed = fixed_costs(result, params, names)
         for row in result["rows"]:
             if row["algorithm"] in fixed and compared(row, p):
@@ -483,6 +483,9 @@ def main(argv=None):
               + ", ".join(f"{human(n)} {shm_params(params, p, n, 'exchange')[1] * 1e12:.0f}"
                           for n, _ in pipes[p][1] if n >= LARGE) + " ps/byte"
               for p, alpha, _ in params["ping_pong"]]
+    if "copy_by_size" in params:
+        lines.append("# shared segment: a copy " + ", ".join(f"{human(n)} {x * 1e12:.0f}" for n, x in params["copy_by_size"])
+                     + " ps/byte; one phase " + ", ".join(f"np={p} {t * 1e6:.2f} us" for p, t in params["phase"]))
     results = results_from(args.results or sorted(glob.glob(os.path.join(RESULTS, "tune_np*.json"))))
     rows = compare(results, params)
     if rows:
