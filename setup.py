@@ -141,31 +141,32 @@ class BuildExt(build_ext):
 
 
 # The kernels several extensions call are compiled once, into a static library (build_clib) that
-# every extension links; each takes only the objects it calls.
+# those extensions link; each takes only the objects it calls.
 SHARED_C = ["csrc/reduce.c", "csrc/shm.c"]
 LIBRARIES = [("collectives_csrc", dict(sources=SHARED_C, include_dirs=["csrc"], cflags=CFLAGS,
                                        obj_deps={"": sorted(glob.glob("csrc/*.h"))}))]
 
 
-def extension(name, sources):
-    # The shared C is a dependency, so an extension is linked again when it changes; shm.c's
-    # shm_open lives in librt on a glibc older than 2.34.
+def extension(name, sources, shared=False):
+    """An extension of ``sources``; ``shared``: it links the library of SHARED_C, and is linked
+    again when that changes (shm.c's shm_open lives in librt on a glibc older than 2.34)."""
     return Extension(name, sources, include_dirs=["csrc"], extra_compile_args=CFLAGS,
-                     libraries=["collectives_csrc", "rt"],
-                     depends=SHARED_C + sorted(glob.glob("csrc/*.h")) + sorted(glob.glob("collectives/_*.pxd")))
+                     libraries=["collectives_csrc", "rt"] if shared else [],
+                     depends=(SHARED_C if shared else []) + sorted(glob.glob("csrc/*.h"))
+                     + sorted(glob.glob("collectives/_*.pxd")))
 
 
 EXTENSIONS = [
-    extension("collectives._kernels", ["collectives/_kernels.pyx"]),
+    extension("collectives._kernels", ["collectives/_kernels.pyx"], shared=True),
     extension("collectives._compress", ["collectives/_compress.pyx", "csrc/quantize.c", "csrc/sparsify.c"]),
     extension("collectives._timeline", ["collectives/_timeline.pyx"]),
     extension("collectives._requests", ["collectives/_requests.pyx"]),
     extension("collectives._mpit", ["collectives/_mpit.pyx"]),
-    extension("collectives._exchange", ["collectives/_exchange.pyx"]),
-    extension("collectives._executor", ["collectives/_executor.pyx"]),
-    extension("collectives._buffers", ["collectives/_buffers.pyx"]),
-    extension("collectives._engine", ["collectives/_engine.pyx"]),
-    extension("collectives._shm", ["collectives/_shm.pyx"]),
+    extension("collectives._exchange", ["collectives/_exchange.pyx"], shared=True),
+    extension("collectives._executor", ["collectives/_executor.pyx"], shared=True),
+    extension("collectives._buffers", ["collectives/_buffers.pyx"], shared=True),
+    extension("collectives._engine", ["collectives/_engine.pyx"], shared=True),
+    extension("collectives._shm", ["collectives/_shm.pyx"], shared=True),
     extension("collectives._call", ["collectives/_call.pyx"]),
     extension("collectives._comm", ["collectives/_comm.pyx"]),
 ]

@@ -317,15 +317,22 @@ def shm_params(params, p, n, steps="one-way"):
     if missing:
         raise SystemExit(f"collectives-bench model: the parameters lack {', '.join(sorted(missing))} "
                          "(an older fit): fit again")
-    pings = {q: (alpha, table) for q, alpha, table in params["ping_pong"]}
     share = dict(map(tuple, params["share_by_ranks"]))
-    gamma = per_byte(params["gamma_by_size"], n) * share[p] if p in share else None
     if steps == "shared":
         phase = dict(map(tuple, params["phase"]))
-        if p not in phase or gamma is None:
+        if p not in phase or p not in share:
             raise SystemExit(f"collectives-bench model: the fit has no phase or kernel sharing at np={p} "
                              f"(phase at {sorted(phase)}, sharing at {sorted(share)}): fit with --ranks")
-        return phase[p], per_byte(params["copy_by_size"], n) * share[p], gamma
+        alpha, beta = phase[p], per_byte(params["copy_by_size"], n) * share[p]
+    else:
+        alpha, beta = message_terms(params, p, n, steps, share)
+    return alpha, beta, per_byte(params["gamma_by_size"], n) * share[p]
+
+
+def message_terms(params, p, n, steps, share):
+    """(alpha, beta) of ``shm_params`` for an algorithm of MPI messages (STEPS "one-way" or
+    "exchange")."""
+    pings = {q: (alpha, table) for q, alpha, table in params["ping_pong"]}
     if p not in pings or p not in share:
         raise SystemExit(f"collectives-bench model: the fit has no ping-pong or kernel sharing at np={p} "
                          f"(ping-pong at {sorted(pings)}, sharing at {sorted(share)}): fit with --ranks")
@@ -337,7 +344,7 @@ def shm_params(params, p, n, steps="one-way"):
         if times is None:
             raise SystemExit(f"collectives-bench model: the fit has no exchange at np={p}: fit with --ranks")
         table = [(m, max(t - alpha, 0.0) / m) for m, t in times if m >= SMALL]
-    return alpha, per_byte(table, n), gamma
+    return alpha, per_byte(table, n)
 
 
 def predicted(name, p, n, params):

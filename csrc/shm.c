@@ -442,7 +442,7 @@ int shm_reduce(shm_seg *s, int64_t *vec, int nf, int w, int check, const void *i
         char *next_region = data(s, i, n + 1, 0);
         char *dst = (all || i == root) ? (char *)out + at * e : next_region;
         rc = combine(dst, sources(s, n, step ? 0 : nf, mine_at * e, own), p, len, dtype, op,
-                     dst != next_region && p > 1 ? next_region : NULL);
+                     (all || i == root) && p > 1 ? next_region : NULL);
         if (rc != 0)
             return rc;
         n = ++s->phase;
