@@ -126,9 +126,10 @@ HYDRA_ONLY = ("sigkill-no-cleanup",)
 # then dies of the same signal, and the job ends with SIGKILL's 9 (Hydra, which kills the other
 # ranks) or 137 (Open MPI); under -disable-auto-cleanup the others run on until a survivor's
 # StallError (or the MPI error of a transfer the death cut short) stops them, and Hydra still
-# reports the killed rank's 9 (docs/results/failures.md).  The supervisor leaves SIGKILL's
-# handler alone: no process may set it.
-STATUS = {"sigkill": (9, 137), "sigkill-no-cleanup": (9,), "plain-raise": (1,), "plain-exit": (1,),
+# reports the killed rank's 9 (docs/results/failures.md), or, when a survivor's exit races
+# its handling of the killed one, 255 with its own "process manager error waiting for
+# completion".  The supervisor leaves SIGKILL's handler alone: no process may set it.
+STATUS = {"sigkill": (9, 137), "sigkill-no-cleanup": (9, 255), "plain-raise": (1,), "plain-exit": (1,),
           "plain-skip": (124,)}
 
 # What the job leaves to resume from, by case (the last column of docs/failures.md).
