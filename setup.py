@@ -92,6 +92,13 @@ class BuildExt(build_ext):
     setup.py is read; the extensions compiled in parallel, one per core."""
 
     def finalize_options(self):
+        if self.inplace or self.editable_mode:
+            # An editable install builds in a temporary directory of pip's, then copies into the
+            # tree; `setup.py build_ext --inplace` would find nothing there and compile every
+            # extension again.  Both build them in build/inplace instead, so each compiles only
+            # what changed.
+            self.build_lib = os.path.join("build", "inplace", "lib")
+            self.build_temp = os.path.join("build", "inplace", "temp")
         super().finalize_options()
         if self.parallel is None:
             self.parallel = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
