@@ -13,10 +13,11 @@ Two options shape a launch, so that ``make test`` runs each test where it can fi
   out, ``only`` runs nothing else.
 * ``--matrix=full|dtypes|reduced``: what a launch adds to the others.  ``full`` runs every
   test on every communicator of ``COMMS`` and, in the tests marked ``matrix``, every dtype.
-  ``dtypes`` runs every dtype on the communicator of all ranks, and the other communicators
-  with the dtypes of ``REDUCED_DTYPES``, one per element size, which take every code path of
-  the algorithms (the counts, roots and in-place forms that choose those paths all stay):
-  what a dtype changes is the same on every communicator.  ``reduced`` keeps what the
+  ``dtypes`` runs every dtype on the communicator of all ranks, and the uneven halves with
+  the dtypes of ``REDUCED_DTYPES``, one per element size, which take every code path of the
+  algorithms (the counts, roots and in-place forms that choose those paths all stay): what a
+  dtype changes is the same on every communicator.  It leaves out COMM_SELF, a communicator
+  of one rank that the 1-rank launch runs with those dtypes.  ``reduced`` keeps what the
   launch's rank count alone brings: the communicator of all its ranks (COMM_SELF and the
   uneven halves have sizes that smaller launches cover whole) with those dtypes.  The op x
   dtype pairs the thinned matrices drop are properties of the reduction kernels, which the
@@ -63,9 +64,9 @@ def pytest_addoption(parser, pluginmanager):
                     help="tests marked serial: run each once on one rank (default), skip them, or run only them")
     group.addoption("--matrix", choices=("full", "dtypes", "reduced"), default="full",
                     help="every communicator and, in tests marked matrix, every dtype (default); every "
-                         "dtype on the communicator of all ranks and one dtype per element size on the "
-                         "others (dtypes); or only the communicator of all ranks and one dtype per element "
-                         "size (reduced)")
+                         "dtype on the communicator of all ranks and one dtype per element size on its "
+                         "uneven halves, COMM_SELF left out (dtypes); or only the communicator of all ranks "
+                         "and one dtype per element size (reduced)")
 
 
 # One dtype per element size: 1, 4, 8 and 16 bytes, integer, real and complex.
@@ -80,7 +81,8 @@ def pytest_collection_modifyitems(config, items):
         is_serial = item.get_closest_marker("serial") is not None
         params = getattr(getattr(item, "callspec", None), "params", {})
         world = params.get("mpi_comm", "world") == "world"
-        thinned = ((matrix == "reduced" and not world)
+        alone = params.get("mpi_comm") == "self"
+        thinned = ((matrix == "reduced" and not world) or (matrix == "dtypes" and alone)
                    or (matrix != "full" and not (matrix == "dtypes" and world)
                        and item.get_closest_marker("matrix") is not None
                        and str(params.get("dtype")) not in REDUCED_DTYPES))
