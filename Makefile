@@ -114,6 +114,9 @@ WATCHED_TIMEOUT ?= 120
 SHM_NPS ?= 3 8
 P2P_NP ?= 4
 PYTEST := $(PY) -m pytest -p no:cacheprovider -q
+# Under mpiexec the suite runs with pytest-mpi's --with-mpi: a test marked mpi(min_size=N) runs
+# where the launch has N ranks or more (without the option, as in a plain `pytest`, it skips).
+MPI_PYTEST := $(PYTEST) --with-mpi
 test-native: build
 	@for n in $(NPS); do \
 	  watch=; [ $$n = "$(WATCHED_NP)" ] && watch=COLLECTIVES_TIMEOUT=$(WATCHED_TIMEOUT); \
@@ -122,7 +125,7 @@ test-native: build
 	  matrix=reduced; case " $(DTYPES_NPS) " in *" $$n "*) matrix=dtypes;; esac; \
 	  serial=skip; [ $$n = 1 ] && serial=run; \
 	  echo "== pytest at $$n rank(s), $$matrix matrix, serial tests: $$serial$${watch:+, $$watch}"; \
-	  env $$watch tests/timed.sh "np=$$n" timeout $(TEST_TIMEOUT) $(MPIEXEC) -n $$n $(PYTEST) tests \
+	  env $$watch tests/timed.sh "np=$$n" timeout $(TEST_TIMEOUT) $(MPIEXEC) -n $$n $(MPI_PYTEST) tests \
 	    --matrix=$$matrix --serial=$$serial $(PYTEST_ARGS) || exit 1; \
 	done
 
@@ -130,7 +133,7 @@ test-purepython: build
 	@for n in $(PUREPYTHON_NPS); do \
 	  echo "== pytest at $$n rank(s), NumPy fallback (COLLECTIVES_PUREPYTHON=1), reduced matrix, serial tests: skip"; \
 	  COLLECTIVES_PUREPYTHON=1 tests/timed.sh "fallback np=$$n" timeout $(TEST_TIMEOUT) $(MPIEXEC) -n $$n \
-	    $(PYTEST) tests --matrix=reduced --serial=skip $(PYTEST_ARGS) || exit 1; \
+	    $(MPI_PYTEST) tests --matrix=reduced --serial=skip $(PYTEST_ARGS) || exit 1; \
 	done
 
 # The kernel tests again with the hand-written SIMD paths capped at AVX2, then at none, so the
@@ -172,7 +175,7 @@ test-openmpi: $(OMPI_VENV)/.installed
 	  ( cd $(OMPI_TREE) && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONPATH=$(CURDIR)/$(OMPI_TREE) \
 	    TEST_TIMES=$(CURDIR)/$(TEST_TIMES) $(CURDIR)/tests/timed.sh "Open MPI np=$$n" \
 	    timeout $(TEST_TIMEOUT) $(CURDIR)/$(OMPI_VENV)/bin/mpiexec --oversubscribe -n $$n \
-	    $(CURDIR)/$(OMPI_PY) -m pytest -p no:cacheprovider -q tests --matrix=reduced $(PYTEST_ARGS) ) || exit 1; \
+	    $(CURDIR)/$(OMPI_PY) -m pytest -p no:cacheprovider -q --with-mpi tests --matrix=reduced $(PYTEST_ARGS) ) || exit 1; \
 	done
 
 # mpi4py's own collective tests (tests/mpi4py_suite.py) with their communicator replaced by

@@ -1,9 +1,19 @@
 """Run the suite under mpiexec: a communicator fixture, and one report from rank 0.
 
-Ranks other than 0 write their pytest report to a buffer and print it only when they
-failed, so an 8-rank run reads like a 1-rank one.  mpiexec's exit status is non-zero when
-any rank fails; with more than one rank the first failure aborts the launch (see
-pytest_runtest_makereport), since the other ranks could not go on without the failed one.
+pytest-mpi's words where it has them: ``make test`` launches ``mpiexec -n N python -m pytest
+--with-mpi``; a test that needs N ranks of COMM_WORLD is marked ``@pytest.mark.mpi(min_size=N)``
+and skips with pytest-mpi's reason below that (and, without ``--with-mpi``, in a plain
+``pytest``, which runs everything else); ranks that share a file use its ``mpi_tmp_path``.
+A test that needs ranks of its communicator fixture (COMM_SELF has one at any launch size)
+skips inside, since ``min_size`` counts COMM_WORLD.  What pytest-mpi has no word for stays
+here, one line each:
+
+* per-rank temporary roots: ranks sharing pytest's one root race to clean it up;
+* one report, from rank 0: the other ranks print theirs only when they failed;
+* a failure on one rank aborts the launch (pytest_runtest_makereport): the others would wait
+  for it in the test's next collective until the launch's timeout;
+* ``--serial`` and the ``serial`` marker, shared out across the ranks of a launch;
+* ``--matrix``, the communicators and dtypes a launch adds to the others.
 
 Two options shape a launch, so that ``make test`` runs each test where it can find bugs:
 

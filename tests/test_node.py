@@ -257,7 +257,7 @@ def test_six_ranks_in_a_job_of_their_own():
     """2x3 and 3x2 need 6 ranks, which the suite's launches (1..4, 8) never have: launch them,
     with the reduced matrix of the rank counts outside make test's DTYPES_NPS."""
 
-    done = mpiexec(6, ["-m", "pytest", "-p", "no:cacheprovider", "-q", "-k", "2x3 or 3x2", "tests/test_node.py",
+    done = mpiexec(6, ["-m", "pytest", "-p", "no:cacheprovider", "-q", "--with-mpi", "-k", "2x3 or 3x2", "tests/test_node.py",
                        "--matrix=reduced", "--serial=skip"],
                    timeout=600, env={"MPIR_CVAR_DEVICE_COLLECTIVES": "none", "OPENBLAS_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -269,6 +269,7 @@ def test_six_ranks_in_a_job_of_their_own():
 MISMATCHED = [("hierarchical", "node_leader"), ("hierarchical", "all_to_all"), ("ring", "node_leader")]
 
 
+@pytest.mark.mpi(min_size=4)
 @pytest.mark.parametrize("first", ["fresh", "warm"])
 @pytest.mark.parametrize("mine, theirs", MISMATCHED)
 def test_node_aware_algorithms_that_differ_raise_on_every_rank(monkeypatch, mine, theirs, first):
@@ -278,8 +279,8 @@ def test_node_aware_algorithms_that_differ_raise_on_every_rank(monkeypatch, mine
     ranks also find the nodes in it."""
     world = MPI.COMM_WORLD
     p, r = world.size, world.rank
-    if p < 4 or p % 2:
-        pytest.skip("needs nodes of two ranks, at least two nodes")
+    if p % 2:
+        pytest.skip("needs nodes of two ranks")
     with _node_comm(monkeypatch, "2") as comm:
         x = np.ones(1 << 18, np.float32)
         if first == "warm":
@@ -294,13 +295,12 @@ def test_node_aware_algorithms_that_differ_raise_on_every_rank(monkeypatch, mine
         check_allreduce(comm, world, np.float32, [1 << 18], "after the mismatch", algorithm=theirs)
 
 
+@pytest.mark.mpi(min_size=2)
 def test_first_allreduce_against_another_collective_raises_on_every_rank(monkeypatch):
     """A Comm's first all-reduce finds the nodes with MPI's own collectives; a rank in another
     collective must make every rank raise, not leave the others in the discovery."""
     world = MPI.COMM_WORLD
     p, r = world.size, world.rank
-    if p < 2:
-        pytest.skip("needs two ranks")
     with _node_comm(monkeypatch, "2" if p % 2 == 0 else str(p)) as comm:
         x = np.arange(64, dtype=np.float32)
         with pytest.raises(ValueError, match="ranks called different collectives"):

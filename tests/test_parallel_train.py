@@ -20,9 +20,10 @@ P = WORLD.Get_size()
 QUICK = ["--model", "mlp", "--optimizer", "sgd", "--epochs", "2", "--hidden", "10", "--no-progress"]
 
 
-def _history(tmp_path, *args):
-    """The objective after each epoch of ``python -m collectives train QUICK ARGS``, on every rank."""
-    path = os.path.join(WORLD.bcast(str(tmp_path)), "metrics.json")
+def _history(shared, *args):
+    """The objective after each epoch of ``python -m collectives train QUICK ARGS``, on every rank;
+    ``shared``: a directory every rank sees (pytest-mpi's mpi_tmp_path)."""
+    path = os.path.join(shared, "metrics.json")
     with contextlib.redirect_stdout(io.StringIO()):
         assert main([*QUICK, *args, "--metrics", path]) == 0
     WORLD.Barrier()
@@ -47,9 +48,9 @@ def _layouts():
 
 
 @pytest.mark.parametrize("layout,reference", _layouts(), ids=lambda a: " ".join(a) or "plain")
-def test_layout_trains_like_data_parallel(tmp_path, layout, reference):
-    want = _history(tmp_path, *reference)
-    got = _history(tmp_path, *layout)
+def test_layout_trains_like_data_parallel(mpi_tmp_path, layout, reference):
+    want = _history(mpi_tmp_path, *reference)
+    got = _history(mpi_tmp_path, *layout)
     assert got == pytest.approx(want, rel=1e-10)
 
 
@@ -73,7 +74,7 @@ def test_bad_layouts(args, what):
         main(argv)
 
 
-@pytest.mark.skipif(P < 3, reason="needs more stages than 2 layers")
+@pytest.mark.mpi(min_size=3)
 def test_pipeline_needs_layers():
     with pytest.raises(UsageError, match=f"needs --layers {P} or more"):
         main([*QUICK, "--pipeline-parallel", str(P)])

@@ -84,13 +84,11 @@ def test_random_slowdowns_are_seeded_draws():
 @pytest.mark.parametrize("options", [dict(sync="sync"), dict(sync="ddp", model="mlp", hidden=16, bucket_kb=1),
                                      dict(sync="local", local_steps=4), dict(sync="gossip"),
                                      dict(sync="fedavg", client_fraction=0.5, local_epochs=2, epochs=8),
-                                     dict(sync="ps", tau=0)],
+                                     pytest.param(dict(sync="ps", tau=0), marks=pytest.mark.mpi(min_size=2))],
                          ids=["bsp", "ddp", "local", "gossip", "fedavg", "ps-tau0"])
 def test_a_straggler_leaves_deterministic_synchronisations_unchanged(world, options):
     """A slow rank only delays these: the same parameters, bit for bit, and converged."""
     comm, data = world
-    if options["sync"] == "ps" and comm.size < 2:
-        pytest.skip("a parameter server needs a server and a worker")
     options = dict(SGD, **options)
     plain, w_plain = fit(comm, data, **options)
     slow, w_slow = fit(comm, data, straggler=[f"{slow_rank(comm)}:3", "random:0.3:2"], **options)
@@ -105,24 +103,22 @@ def test_a_straggler_leaves_deterministic_synchronisations_unchanged(world, opti
     assert len(rows) == options["epochs"] and rows == sorted(rows) and rows[0] >= 0
 
 
+@pytest.mark.mpi(min_size=2)  # a parameter server needs a server and a worker
 @pytest.mark.parametrize("tau", [-1, 1, 3], ids=["async", "ssp1", "ssp3"])
 def test_parameter_server_converges_with_a_straggler(world, tau):
     comm, data = world
-    if comm.size < 2:
-        pytest.skip("a parameter server needs a server and a worker")
     # the first worker slow: the others run ahead of it as far as tau lets them
     trainer, w = fit(comm, data, sync="ps", tau=tau, straggler=["0:4"], **SGD)
     assert trainer.final[0] < (0.2 if tau < 0 else 0.15)  # asynchronous: see test_train's bound
     np.testing.assert_array_equal(comm.comm.bcast(w), w)
 
 
+@pytest.mark.mpi(min_size=2)  # a parameter server needs a server and a worker
 @pytest.mark.parametrize("tau", [0, 1, 2, 4])
 def test_no_worker_reads_parameters_more_than_tau_steps_old(world, tau):
     """The servers report with each pull the last clock applied to the shard; every step's
     staleness (its clock - 1 - that clock) is at most tau, on every worker, over a whole run."""
     comm, data = world
-    if comm.size < 2:
-        pytest.skip("a parameter server needs a server and a worker")
     servers = 1 if comm.size < 4 else 2
     trainer, _ = fit(comm, data, sync="ps", tau=tau, servers=servers, straggler=["0:5"],
                      **dict(SGD, epochs=2))

@@ -132,10 +132,9 @@ def test_stochastic_within_one_percent(world, optimum, options):
     assert (F - optimum) / optimum < 0.01
 
 
+@pytest.mark.mpi(min_size=2)  # a parameter server needs a server and a worker
 def test_parameter_server_tau0_matches_sync(world):
     comm, data = world
-    if comm.size < 2:
-        pytest.skip("a parameter server needs a server and a worker")
     options = dict(optimizer="sgd", lr=0.05, momentum=0.9, epochs=3)
     sync, w_sync = fit(comm, data, sync="sync", **options)
     for servers in sorted({1, comm.size - 1}):
@@ -144,13 +143,14 @@ def test_parameter_server_tau0_matches_sync(world):
         assert ps.final[0] == pytest.approx(sync.final[0], rel=1e-12)
 
 
-@pytest.mark.parametrize("options", [dict(sync="ps", tau=-1, bound=0.2), dict(sync="ps", tau=2), dict(sync="local", local_steps=4),
+# A parameter server needs a server and a worker.
+@pytest.mark.parametrize("options", [pytest.param(dict(sync="ps", tau=-1, bound=0.2), marks=pytest.mark.mpi(min_size=2)),
+                                     pytest.param(dict(sync="ps", tau=2), marks=pytest.mark.mpi(min_size=2)),
+                                     dict(sync="local", local_steps=4),
                                      dict(sync="gossip"), dict(sync="fedavg", client_fraction=0.5, local_epochs=2, epochs=8)],
                          ids=["ps-async", "ps-ssp", "local", "gossip", "fedavg"])
 def test_other_synchronisations_converge(world, optimum, options):
     comm, data = world
-    if options["sync"] == "ps" and comm.size < 2:
-        pytest.skip("a parameter server needs a server and a worker")
     options = dict(options)
     # From log(10) = 2.30 at the start.  Asynchronous pushes are up to (workers - 1) steps
     # stale, which slows it down as ranks are added (0.158 at 8 ranks, 0.127 at 2).
@@ -195,26 +195,22 @@ def test_ddp_buckets_match_sync(world):
     assert 0 <= ddp.overlap <= 1
 
 
-def _shared(comm, tmp_path, name):
-    return comm.comm.bcast(str(tmp_path / name))
-
-
 @pytest.mark.parametrize("options", [dict(optimizer="sgd", lr=0.05, epochs=2), dict(optimizer="adam", epochs=2),
                                      dict(optimizer="lbfgs", epochs=30), dict(optimizer="sgd", sync="local", epochs=2)],
                          ids=["sgd", "adam", "lbfgs", "local"])
-def test_resume_continues_the_same_trajectory(world, tmp_path, options):
+def test_resume_continues_the_same_trajectory(world, mpi_tmp_path, options):
     comm, data = world
     _, whole = fit(comm, data, **options)
-    path = _shared(comm, tmp_path, "ckpt.npz")
+    path = str(mpi_tmp_path / "ckpt.npz")  # rank 0's directory: the ranks share the checkpoint
     fit(comm, data, checkpoint=path, checkpoint_every=4, max_steps=17, **options)
     resumed, w = fit(comm, data, checkpoint=path, checkpoint_every=4, resume=True, **options)
     np.testing.assert_array_equal(w, whole)
     assert resumed.history[0]["step"] == 17  # the interrupted run's last row survives
 
 
-def test_command_line(world, tmp_path):
+def test_command_line(world, mpi_tmp_path):
     comm, _ = world
-    metrics, model = _shared(comm, tmp_path, "m.json"), _shared(comm, tmp_path, "m.npz")
+    metrics, model = str(mpi_tmp_path / "m.json"), str(mpi_tmp_path / "m.npz")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         main(["--optimizer", "lbfgs", "--allreduce", "ring", "--compress", "none", "--epochs", "20",
