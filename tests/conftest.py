@@ -90,12 +90,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         is_serial = item.get_closest_marker("serial") is not None
         params = getattr(getattr(item, "callspec", None), "params", {})
-        world = params.get("mpi_comm", "world") == "world"
-        alone = params.get("mpi_comm") == "self"
-        thinned = ((matrix == "reduced" and not world) or (matrix == "dtypes" and alone)
-                   or (matrix != "full" and not (matrix == "dtypes" and world)
+        comm = params.get("mpi_comm", "world")
+        other_comm = (matrix == "reduced" and comm != "world") or (matrix == "dtypes" and comm == "self")
+        other_dtype = (matrix != "full" and not (matrix == "dtypes" and comm == "world")
                        and item.get_closest_marker("matrix") is not None
-                       and str(params.get("dtype")) not in REDUCED_DTYPES))
+                       and str(params.get("dtype")) not in REDUCED_DTYPES)
+        thinned = other_comm or other_dtype
         out = (serial == "skip" and is_serial) or (serial == "only" and not is_serial) or thinned
         (drop if out else keep).append(item)
     if drop:

@@ -15,7 +15,7 @@ from collectives.train.errors import UsageError
 from collectives.train.job import main, make_trainer
 from collectives.train import straggler
 from collectives.train.straggler import MAX_FACTOR, Stragglers, check, parse
-from train_util import fit, world_fixture
+from train_util import SERVER_AND_WORKER, fit, world_fixture
 
 SGD = dict(optimizer="sgd", lr=0.05, momentum=0.9, epochs=4)
 world = world_fixture()
@@ -84,7 +84,7 @@ def test_random_slowdowns_are_seeded_draws():
 @pytest.mark.parametrize("options", [dict(sync="sync"), dict(sync="ddp", model="mlp", hidden=16, bucket_kb=1),
                                      dict(sync="local", local_steps=4), dict(sync="gossip"),
                                      dict(sync="fedavg", client_fraction=0.5, local_epochs=2, epochs=8),
-                                     pytest.param(dict(sync="ps", tau=0), marks=pytest.mark.mpi(min_size=2))],
+                                     pytest.param(dict(sync="ps", tau=0), marks=SERVER_AND_WORKER)],
                          ids=["bsp", "ddp", "local", "gossip", "fedavg", "ps-tau0"])
 def test_a_straggler_leaves_deterministic_synchronisations_unchanged(world, options):
     """A slow rank only delays these: the same parameters, bit for bit, and converged."""
@@ -103,7 +103,7 @@ def test_a_straggler_leaves_deterministic_synchronisations_unchanged(world, opti
     assert len(rows) == options["epochs"] and rows == sorted(rows) and rows[0] >= 0
 
 
-@pytest.mark.mpi(min_size=2)  # a parameter server needs a server and a worker
+@SERVER_AND_WORKER
 @pytest.mark.parametrize("tau", [-1, 1, 3], ids=["async", "ssp1", "ssp3"])
 def test_parameter_server_converges_with_a_straggler(world, tau):
     comm, data = world
@@ -113,7 +113,7 @@ def test_parameter_server_converges_with_a_straggler(world, tau):
     np.testing.assert_array_equal(comm.comm.bcast(w), w)
 
 
-@pytest.mark.mpi(min_size=2)  # a parameter server needs a server and a worker
+@SERVER_AND_WORKER
 @pytest.mark.parametrize("tau", [0, 1, 2, 4])
 def test_no_worker_reads_parameters_more_than_tau_steps_old(world, tau):
     """The servers report with each pull the last clock applied to the shard; every step's

@@ -17,6 +17,7 @@ from collectives import Comm
 from collectives.train import Classifier, Regressor
 from collectives.train.data import DIGITS
 from collectives.train.job import main, make_trainer, prepare
+from train_util import SERVER_AND_WORKER
 
 LAM = 1e-3
 WORLD = MPI.COMM_WORLD
@@ -132,7 +133,7 @@ def test_stochastic_within_one_percent(world, optimum, options):
     assert (F - optimum) / optimum < 0.01
 
 
-@pytest.mark.mpi(min_size=2)  # a parameter server needs a server and a worker
+@SERVER_AND_WORKER
 def test_parameter_server_tau0_matches_sync(world):
     comm, data = world
     options = dict(optimizer="sgd", lr=0.05, momentum=0.9, epochs=3)
@@ -143,9 +144,8 @@ def test_parameter_server_tau0_matches_sync(world):
         assert ps.final[0] == pytest.approx(sync.final[0], rel=1e-12)
 
 
-# A parameter server needs a server and a worker.
-@pytest.mark.parametrize("options", [pytest.param(dict(sync="ps", tau=-1, bound=0.2), marks=pytest.mark.mpi(min_size=2)),
-                                     pytest.param(dict(sync="ps", tau=2), marks=pytest.mark.mpi(min_size=2)),
+@pytest.mark.parametrize("options", [pytest.param(dict(sync="ps", tau=-1, bound=0.2), marks=SERVER_AND_WORKER),
+                                     pytest.param(dict(sync="ps", tau=2), marks=SERVER_AND_WORKER),
                                      dict(sync="local", local_steps=4),
                                      dict(sync="gossip"), dict(sync="fedavg", client_fraction=0.5, local_epochs=2, epochs=8)],
                          ids=["ps-async", "ps-ssp", "local", "gossip", "fedavg"])

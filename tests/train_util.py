@@ -1,4 +1,5 @@
-"""Shared by the training tests of stragglers, gossip and data servers: the digits on WORLD and a quiet fit."""
+"""Shared by the training tests (train, stragglers, gossip, data servers): the digits on WORLD,
+a quiet fit, the mark of a parameter server's tests."""
 import contextlib
 import io
 
@@ -8,6 +9,9 @@ from mpi4py import MPI
 from collectives import Comm
 from collectives.train.data import DIGITS
 from collectives.train.job import make_trainer, prepare
+
+# A parameter server needs a server and a worker.
+SERVER_AND_WORKER = pytest.mark.mpi(min_size=2)
 
 
 def world_fixture(test_fraction=0.0):

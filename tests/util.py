@@ -45,8 +45,8 @@ LARGE_DTYPES = tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.float
 def ops_at(dtype, n, p=1):
     """The ops tried at ``n`` elements on ``p`` ranks: all of them, but at ~10^6 elements none
     for a dtype outside LARGE_DTYPES, and only SUM except for float64 and int32 on at most 4
-    ranks, which keep every op there.  Keeps the suite short: more than 4 ranks oversubscribe the
-    2 cores, and what an op changes in a schedule at 10^6 (its segments and pipeline) is the
+    ranks, which keep every op there.  Keeps the suite short: 8 ranks oversubscribe the 2 cores
+    four times, and what an op changes in a schedule at 10^6 (its segments and pipeline) is the
     same at every rank count."""
     ops = ops_for(dtype)
     if n == LARGE and np.dtype(dtype) not in LARGE_DTYPES:
