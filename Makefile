@@ -93,14 +93,17 @@ test-start:
 #   once, in the 1-rank launch, and again under Open MPI, whose launcher the jobs meet; the
 #   NumPy fallback runs the kernel tests (KERNEL_TESTS) in one process and every test that takes
 #   a rank count, since a job of its own calls the same collectives those tests do;
-# * every dtype of the algorithm x dtype matrix runs at DTYPES_NPS, a number that is not a power
-#   of two and one that is, on the communicator of all ranks; the uneven halves (the 'split'
-#   communicator) there and every communicator at the other rank counts run one dtype per
-#   element size, which keeps every count, root, in-place form and communicator size that
-#   chooses an algorithm's code path; COMM_SELF, one rank, runs in the 1-rank launch; the
+# * every dtype of the algorithm x dtype matrix runs at DTYPES_NPS, on the communicator of all
+#   ranks; the uneven halves (the 'split' communicator) there and every communicator at the
+#   other rank counts run one dtype per element size, which keeps every count, root, in-place
+#   form and communicator size that chooses an algorithm's code path (a dtype's own arithmetic
+#   is the kernels', the same at every rank count); COMM_SELF, one rank, runs in the 1-rank launch; the
 #   fallback runs the communicator of all ranks with one dtype per element size (its NumPy
 #   kernels meet every dtype in the kernel tests, and what another communicator changes is the
 #   same on either path).
+# The launches at CHECK_ONLY_NPS run the modules of both configurations (tests/conftest.py's
+# BOTH_CONFIGURATIONS) with the cross-rank check on only: unchecked, a collective runs the
+# schedule the checked one runs, minus the agreement, and the smaller launches run it so.
 # The launch at WATCHED_NP ranks runs with the stall watchdog on (a limit that must never fire,
 # even oversubscribed), so every collective test also covers the watched path benchmarks measure.
 # The shared-memory engine is off by default when ranks outnumber cores (collectives.shm); the
@@ -109,7 +112,8 @@ test-start:
 # the point-to-point path and its check are tested on one node too.  Rank counts no launch has
 # (5, 6, 7, 9..12) meet every schedule in tests/test_schedules.py's simulation, and the
 # node-aware layouts of 6 ranks a job of their own (tests/test_node.py).
-DTYPES_NPS ?= 3 4
+DTYPES_NPS ?= 3
+CHECK_ONLY_NPS ?= 8
 WATCHED_NP ?= 3
 WATCHED_TIMEOUT ?= 120
 SHM_NPS ?= 3 8
@@ -125,9 +129,10 @@ test-native: build
 	  [ $$n = "$(P2P_NP)" ] && watch="$$watch COLLECTIVES_SHM=0"; \
 	  matrix=reduced; case " $(DTYPES_NPS) " in *" $$n "*) matrix=dtypes;; esac; \
 	  serial=skip; [ $$n = 1 ] && serial=run; \
-	  echo "== pytest at $$n rank(s), $$matrix matrix, serial tests: $$serial$${watch:+, $$watch}"; \
+	  configurations=both; case " $(CHECK_ONLY_NPS) " in *" $$n "*) configurations=check;; esac; \
+	  echo "== pytest at $$n rank(s), $$matrix matrix, serial tests: $$serial, configurations: $$configurations$${watch:+, $$watch}"; \
 	  env $$watch tests/timed.sh "np=$$n" timeout $(TEST_TIMEOUT) $(MPIEXEC) -n $$n $(MPI_PYTEST) tests \
-	    --matrix=$$matrix --serial=$$serial $(PYTEST_ARGS) || exit 1; \
+	    --matrix=$$matrix --serial=$$serial --configurations=$$configurations $(PYTEST_ARGS) || exit 1; \
 	done
 
 KERNEL_TESTS := tests/test_kernels_reduce.py tests/test_kernels_compress.py tests/test_compression.py

@@ -32,6 +32,10 @@ Two options shape a launch, so that ``make test`` runs each test where it can fi
   uneven halves have sizes that smaller launches cover whole) with those dtypes.  The op x
   dtype pairs the thinned matrices drop are properties of the reduction kernels, which the
   serial kernel tests cover for every pair.
+* ``--configurations=both|check``: the modules of ``BOTH_CONFIGURATIONS`` run their tests
+  with the cross-rank check on and off (``both``, the default), or on only (``check``).  Off,
+  a collective runs its schedule without the agreement's exchange, the same schedule at every
+  rank count, so a launch whose rank count the others already meet unchecked can leave it out.
 """
 import io
 import os
@@ -77,6 +81,9 @@ def pytest_addoption(parser, pluginmanager):
                          "dtype on the communicator of all ranks and one dtype per element size on its "
                          "uneven halves, COMM_SELF left out (dtypes); or only the communicator of all ranks "
                          "and one dtype per element size (reduced)")
+    group.addoption("--configurations", choices=("both", "check"), default="both",
+                    help="run the modules of BOTH_CONFIGURATIONS with the cross-rank check on and off "
+                         "(default), or on only")
 
 
 # One dtype per element size: 1, 4, 8 and 16 bytes, integer, real and complex.
@@ -175,6 +182,7 @@ CHECK_TESTS = ("mismatch", "bad_arguments")
 
 def pytest_generate_tests(metafunc):
     if ("check" in metafunc.fixturenames and metafunc.module.__name__ in BOTH_CONFIGURATIONS
+            and metafunc.config.getoption("configurations") == "both"
             and not any(word in metafunc.function.__name__ for word in CHECK_TESTS)):
         metafunc.parametrize("check", [True, False], ids=["check", "nocheck"], scope="module")
 
