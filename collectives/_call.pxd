@@ -82,6 +82,7 @@ cdef class Call:
 
 
 cdef int describe_allreduce(Call c, object sendbuf, object recvbuf, object op) except -1
+cdef int describe_scan(Call c, object sendbuf, object recvbuf, object op, bint exclusive) except -1
 cdef int describe_bcast(Call c, object buf, object root) except -1
 cdef int describe_reduce(Call c, object sendbuf, object recvbuf, object op, object root) except -1
 cdef int describe_allgather(Call c, object sendbuf, object recvbuf) except -1

@@ -31,6 +31,7 @@ cnp.import_array()
 cdef int ALLREDUCE = INDEX["allreduce"], BCAST = INDEX["bcast"], REDUCE_ = INDEX["reduce"]
 cdef int ALLGATHER = INDEX["allgather"], REDUCE_SCATTER = INDEX["reduce_scatter"]
 cdef int GATHER = INDEX["gather"], SCATTER = INDEX["scatter"], BARRIER = INDEX["barrier"]
+cdef int SCAN = INDEX["scan"], EXSCAN = INDEX["exscan"]
 cdef int BYTE_CODE = DTYPE_CODE[np.dtype(np.uint8)]
 cdef extern from *:
     """
@@ -181,7 +182,7 @@ cdef class Call:
     cdef tuple builder_args(self):
         """The arguments of the chosen algorithm's schedule builder for this call's shape."""
         cdef Py_ssize_t i, p = self.size
-        if self.coll == ALLREDUCE:
+        if self.coll == ALLREDUCE or self.coll == SCAN or self.coll == EXSCAN:
             return (self.count,)
         if self.coll == BCAST:
             return (self.nbytes, self.root)
@@ -201,19 +202,22 @@ cdef class Call:
         return self.recv.count if self.coll == BCAST else self.count
 
 
-cdef int describe_allreduce(Call c, object sendbuf, object recvbuf, object op) except -1:
+cdef int describe_elementwise(Call c, object sendbuf, object recvbuf, object op) except -1:
+    """What Allreduce, Scan and Exscan share: one vector per rank, combined elementwise with
+    ``op`` into ``recvbuf`` (ACC), read from ``sendbuf`` (IN, which is ACC in place)."""
     cdef Arg *send = &c.send
     cdef Arg *recv = &c.recv
     cdef Py_ssize_t nb
+    name = c.method
     resolve(recvbuf, "recvbuf", True, 1, recv, c.held)
     if in_place_spec(sendbuf):
         send[0] = recv[0]
     else:
         resolve(sendbuf, "sendbuf", False, 1, send, c.held)
         if send.count != recv.count:
-            raise ValueError(f"Allreduce: sendbuf has {send.count} elements but recvbuf has {recv.count}")
-        check_type("Allreduce", send, recv)
-        if aliased("Allreduce", send, recv, True):
+            raise ValueError(f"{name}: sendbuf has {send.count} elements but recvbuf has {recv.count}")
+        check_type(name, send, recv)
+        if aliased(name, send, recv, True):
             send[0] = recv[0]
     c.opc, c.op = op_code(op, recv), op
     c.dtype = recv.code
@@ -223,14 +227,30 @@ cdef int describe_allreduce(Call c, object sendbuf, object recvbuf, object op) e
     c.key[2], c.key[3], c.key[4], c.key[5] = recv.count, recv.code, c.opc, c.apart
     c.fields[0], c.fields[1], c.fields[2] = recv.count, recv.code, c.opc
     c.nfields, c.keys = 3, ("count", "dtype", "op")
-    bytes_copy(&c.fin, B_BODY, NULL, B_PTR, send.ptr, nb)
-    bytes_copy(&c.fout, B_PTR, recv.ptr, B_BODY, NULL, nb)
-    c.fbytes, c.fdtype, c.fop = nb, recv.code, c.opc
     c.acc, c.acc_n, c.inp, c.in_n = recv.ptr, nb, send.ptr, nb
     c.ldtype, c.lop = recv.code, c.opc
     c.moves = recv.count and c.size > 1
-    if send.ptr != recv.ptr:
-        bytes_copy(&c.pre, B_PTR, recv.ptr, B_PTR, send.ptr, nb, True)
+    return 0
+
+
+cdef int describe_allreduce(Call c, object sendbuf, object recvbuf, object op) except -1:
+    cdef Py_ssize_t nb
+    describe_elementwise(c, sendbuf, recvbuf, op)
+    nb = c.nbytes
+    bytes_copy(&c.fin, B_BODY, NULL, B_PTR, c.send.ptr, nb)
+    bytes_copy(&c.fout, B_PTR, c.recv.ptr, B_BODY, NULL, nb)
+    c.fbytes, c.fdtype, c.fop = nb, c.recv.code, c.opc
+    if c.apart:
+        bytes_copy(&c.pre, B_PTR, c.recv.ptr, B_PTR, c.send.ptr, nb, True)
+    return 0
+
+
+cdef int describe_scan(Call c, object sendbuf, object recvbuf, object op, bint exclusive) except -1:
+    """Scan, or Exscan (``exclusive``); no fused form: every rank's result differs."""
+    describe_elementwise(c, sendbuf, recvbuf, op)
+    if c.apart and not exclusive:
+        # Run when the schedule does not (one rank, or no elements): the prefix is the input.
+        bytes_copy(&c.pre, B_PTR, c.recv.ptr, B_PTR, c.send.ptr, c.nbytes, True)
     return 0
 
 

@@ -108,6 +108,23 @@ cdef class Methods(cMPI.Intracomm):
         """Nonblocking Scatterv; returns a Request."""
         return self._engine.rooted("Scatterv", sendbuf, recvbuf, root, algorithm, True)
 
+    def Scan(self, sendbuf, recvbuf, op=SUM, algorithm=None):
+        """Combine ``sendbuf`` of ranks 0 .. i with ``op``, in rank order, into ``recvbuf`` of rank i."""
+        self._engine.scan(sendbuf, recvbuf, op, algorithm, False, False)
+
+    def Iscan(self, sendbuf, recvbuf, op=SUM, algorithm=None):
+        """Nonblocking Scan; returns a Request."""
+        return self._engine.scan(sendbuf, recvbuf, op, algorithm, False, True)
+
+    def Exscan(self, sendbuf, recvbuf, op=SUM, algorithm=None):
+        """Combine ``sendbuf`` of ranks 0 .. i-1 with ``op``, in rank order, into ``recvbuf`` of
+        rank i > 0; rank 0's ``recvbuf`` is left untouched."""
+        self._engine.scan(sendbuf, recvbuf, op, algorithm, True, False)
+
+    def Iexscan(self, sendbuf, recvbuf, op=SUM, algorithm=None):
+        """Nonblocking Exscan; returns a Request."""
+        return self._engine.scan(sendbuf, recvbuf, op, algorithm, True, True)
+
     def Barrier(self, algorithm=None):
         """Block until every rank has entered the barrier."""
         self._engine.barrier(algorithm, False)

@@ -75,6 +75,7 @@ cdef class Engine:
     cdef double t_call
 
     cpdef allreduce(self, sendbuf, recvbuf, op, algorithm, bint nonblocking=*)
+    cpdef scan(self, sendbuf, recvbuf, op, algorithm, bint exclusive, bint nonblocking=*)
     cpdef bcast(self, buf, root, algorithm, bint nonblocking=*)
     cpdef reduce(self, sendbuf, recvbuf, op, root, algorithm, bint nonblocking=*)
     cpdef allgather(self, sendbuf, recvbuf, algorithm, bint nonblocking=*)

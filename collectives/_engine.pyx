@@ -44,7 +44,7 @@ from collectives._buffers cimport IN_PLACE, dtype_of
 from collectives._call cimport (B_BODY, B_STAGE, C_BYTES, C_NONE, C_PACK, C_UNPACK, KEY_WORDS, Call, Copy,
                                 describe_allgather, describe_allgatherv, describe_allreduce, describe_barrier,
                                 describe_bcast, describe_reduce, describe_reduce_scatter, describe_rooted,
-                                finish_reduce_scatter)
+                                describe_scan, finish_reduce_scatter)
 from collectives._csrc cimport ck_itemsize
 from collectives._exchange cimport X_PIECES, x_agrees, x_checked
 from collectives._executor cimport MAX_BUFS, run_checked
@@ -76,6 +76,7 @@ if NCOLL > MAX_COLLECTIVES:
 cdef int ALLREDUCE = INDEX["allreduce"], BCAST = INDEX["bcast"], REDUCE_ = INDEX["reduce"]
 cdef int ALLGATHER = INDEX["allgather"], REDUCE_SCATTER = INDEX["reduce_scatter"]
 cdef int GATHER = INDEX["gather"], SCATTER = INDEX["scatter"], BARRIER = INDEX["barrier"]
+cdef int SCAN = INDEX["scan"], EXSCAN = INDEX["exscan"]
 cdef int BYTE_CODE = DTYPE_CODE[np.dtype(np.uint8)]
 cdef int ACC_BUF = ACC, TMP_BUF = TMP, IN_BUF = IN, OUT_BUF = OUT, NBUFS = _NBUFS
 cdef object _COUNTS_INDEX = COLLECTIVE_INDEX[COUNTS]
@@ -318,6 +319,16 @@ cdef class Engine:
         cdef Call c = self.fresh(ALLREDUCE, "Allreduce", algorithm, nonblocking)
         try:
             describe_allreduce(c, sendbuf, recvbuf, op)
+        except BaseException as exc:
+            c.refused(exc, (sendbuf, recvbuf, op))
+        return self.go(c, nonblocking)
+
+    cpdef scan(self, sendbuf, recvbuf, op, algorithm, bint exclusive, bint nonblocking=False):
+        """Scan, or Exscan (``exclusive``), and their nonblocking forms."""
+        cdef Call c = self.fresh(EXSCAN if exclusive else SCAN, "Exscan" if exclusive else "Scan", algorithm,
+                                 nonblocking)
+        try:
+            describe_scan(c, sendbuf, recvbuf, op, exclusive)
         except BaseException as exc:
             c.refused(exc, (sendbuf, recvbuf, op))
         return self.go(c, nonblocking)

@@ -13,7 +13,8 @@
 This module imports nothing, so every module of the package, the configuration included,
 may import it.
 """
-COLLECTIVES = ("allreduce", "bcast", "reduce", "allgather", "reduce_scatter", "gather", "scatter", "barrier")
+COLLECTIVES = ("allreduce", "bcast", "reduce", "allgather", "reduce_scatter", "gather", "scatter", "barrier", "scan",
+               "exscan")
 INDEX = {name: i for i, name in enumerate(COLLECTIVES)}
 # What the agreement also compares, beyond the collectives: the compressed all-reduce
 # (collectives.compression), whose fields name its compressor, and the exchange in which

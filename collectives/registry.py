@@ -6,7 +6,7 @@ Selection is data kept out of the algorithm modules (MPICH's coll selection, in 
   ``NODE_ALGORITHMS`` the node-aware ones, composed from collectives on a communicator's node
   and lane communicators; ``SHM`` the ones that run in a node's shared segment
   (collectives.shm), without MPI; ``FUSED`` the fused form of the checked exchange
-  (``collectives.exchange``) of each collective;
+  (``collectives.exchange``) of each collective that has one;
 * a restriction sees the call's ``Shape`` (count, bytes, equal counts on every rank) and the
   communicator's ``Topology`` (ranks, ranks per node, the data a phase of its shared segment
   carries, the most a fused collective carries there);
@@ -181,6 +181,12 @@ ALGORITHMS = {
         Algorithm("barrier_dissemination"),
         Algorithm("barrier_linear"),
     ],
+    "scan": [
+        Algorithm("scan_recursive_doubling", reads_in=True, apart=True),
+    ],
+    "exscan": [
+        Algorithm("exscan_recursive_doubling", reads_in=True, apart=True),
+    ],
 }
 
 # Node-aware algorithms: for a communicator spanning more than one node with more than one
@@ -207,8 +213,12 @@ SHM = {
     "gather": [Algorithm("gather_shm", _uniform, _EQUAL + " (use Gather, not Gatherv)", shm="pipelined")],
     "scatter": [Algorithm("scatter_shm", _uniform, _EQUAL + " (use Scatter, not Scatterv)", shm="pipelined")],
     "barrier": [Algorithm("barrier_shm", shm="pipelined")],
+    "scan": [],
+    "exscan": [],
 }
-# The checked exchange carrying the payload (collectives.exchange), one per collective.
+# The checked exchange carrying the payload (collectives.exchange), one per collective that
+# has one: a prefix reduction gives every rank a different result, which the exchange's
+# payload kinds (one result for all, or blocks in rank order) do not carry.
 FUSED = {
     "allreduce": Algorithm("allreduce_fused", fused=REDUCE),
     "bcast": Algorithm("bcast_fused", fused=BCAST),
@@ -253,12 +263,17 @@ def shm_names(collective):
     return [a.name for a in SHM[collective]]
 
 
+def fused_names(collective):
+    """The name of ``collective``'s fused form in a list, empty when it has none."""
+    return [FUSED[collective].name] if collective in FUSED else []
+
+
 def choices(collective):
     """The algorithm indices the cross-rank agreement uses: the table's names, the fused
     form, the node-aware algorithms, the shared-memory ones, then "native" (MPI's own call),
     last so that a range of indices below it holds only algorithms that compare the same
     fields."""
-    return (names(collective) + [FUSED[collective].name]
+    return (names(collective) + fused_names(collective)
             + [a.name for a in NODE_ALGORITHMS.get(collective, [])] + shm_names(collective) + ["native"])
 
 
@@ -269,7 +284,7 @@ def resolve_name(collective, name):
     full = name if name.startswith(collective + "_") else f"{collective}_{name}"
     if full not in _BY_NAME or not full.startswith(collective + "_"):
         known = (names(collective) + shm_names(collective) + [a.name for a in NODE_ALGORITHMS.get(collective, [])]
-                 + [FUSED[collective].name])
+                 + fused_names(collective))
         raise ValueError(f"unknown {collective} algorithm {name!r}; choose auto or one of "
                          + ", ".join(n[len(collective) + 1:] for n in known))
     return full
