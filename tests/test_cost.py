@@ -34,6 +34,12 @@ HEADERS = {
         lambda p, n: (math.log2(_pof2(p)) + 2) * A + (math.log2(_pof2(p)) + 2) * n * B
         + (math.log2(_pof2(p)) + 1) * n * G),
     "bcast_binomial": ("ceil(lg p) (alpha + n beta)", lambda p, n: math.ceil(math.log2(p)) * (A + n * B)),
+    "scan_recursive_doubling": ("ceil(lg p) (alpha + n beta) + (2 ceil(lg p) - 1) n gamma",
+                                lambda p, n: math.ceil(math.log2(p)) * (A + n * B)
+                                + (2 * math.ceil(math.log2(p)) - 1) * n * G),
+    "exscan_recursive_doubling": ("ceil(lg p) (alpha + n beta) + 2 (ceil(lg p) - 1) n gamma",
+                                  lambda p, n: math.ceil(math.log2(p)) * (A + n * B)
+                                  + 2 * (math.ceil(math.log2(p)) - 1) * n * G),
     "barrier_dissemination": ("ceil(lg p) alpha", lambda p, n: math.ceil(math.log2(p)) * A),
     "reduce_scatter_pairwise": ("(p-1) alpha + ((p-1)/p) n beta + ((p-1)/p) n gamma",
                                 lambda p, n: (p - 1) * A + ((p - 1) / p) * n * B + ((p - 1) / p) * n * G),
@@ -115,6 +121,8 @@ SENT = {
     "reduce_scatter_recursive_halving": _fold(lambda p, n: (p - 1) / p * n, lambda p, n: n),
     "scatter_binomial": _every(lambda p, n: (p - 1) / p * n),
     "scatter_linear": _every(lambda p, n: (p - 1) / p * n),
+    "scan_recursive_doubling": _every(lambda p, n: _lg(p) * n),
+    "exscan_recursive_doubling": _every(lambda p, n: _lg(p) * n),
 }
 
 
@@ -122,7 +130,8 @@ def _builder_args(collective, n, p):
     """A builder's arguments for n elements of one byte in all (so counts are bytes), root 0."""
     counts, _ = blocks(n, p)
     return {"allreduce": (n,), "bcast": (n, 0), "reduce": (n, 0), "allgather": (counts,),
-            "reduce_scatter": (counts,), "gather": (counts, 0), "scatter": (counts, 0), "barrier": ()}[collective]
+            "reduce_scatter": (counts,), "gather": (counts, 0), "scatter": (counts, 0), "barrier": (),
+            "scan": (n, True), "exscan": (n, True)}[collective]
 
 
 def _busiest_sender(name, collective, p, n):

@@ -92,6 +92,10 @@ MISMATCHES = {
     "ireduce_scatter-iallreduce": (lambda c, odd: (c.Ireduce_scatter(_ones(c.size), _zeros(1)) if odd
                                                    else c.Iallreduce(_ones(4), _zeros(4))).wait(),
                                    "ranks called different collectives"),
+    # the prefix reductions: Scan and Exscan are different collectives
+    "iscan-count": (lambda c, odd: c.Iscan(_ones(2 if odd else 3), _zeros(2 if odd else 3)).wait(), "count ranges 2..3"),
+    "scan-exscan": (lambda c, odd: (c.Exscan if odd else c.Scan)(_ones(BIG), _zeros(BIG)),
+                    "ranks called different collectives"),
     # the functional family
     "functional-count": (lambda c, odd: F.allreduce(c, _ones(4 if odd else 5)), "count ranges 4..5"),
     "functional-root": (lambda c, odd: F.gather(c, _ones(2), root=1 if odd else 0), "root ranges 0..1"),

@@ -138,7 +138,11 @@ class Machine:
                 return False
             state["blocking"] = None
         elif kind == REDUCE:
-            b[ab][ao:ao + ac] = [(b[ap][bp + i], b[bb][bo + i]) for i in range(ac)]
+            # As the executors combine: dst = left first (unless dst is left), then dst = (dst,
+            # src), src read after that copy, so a src that is dst's memory shows as (left, left).
+            for i in range(ac):
+                b[ab][ao + i] = b[ap][bp + i]
+                b[ab][ao + i] = (b[ab][ao + i], b[bb][bo + i])
         elif kind == COPY:
             b[ab][ao:ao + ac] = b[bb][bo:bo + bc]
         elif kind == ISEND:
@@ -231,6 +235,35 @@ def _check_allreduce(algorithm, sizes, eager):
 @pytest.mark.parametrize("algorithm", ALGORITHMS["allreduce"], ids=lambda a: a.name)
 def test_allreduce_schedule(algorithm, eager):
     _check_allreduce(algorithm, lambda p: (0, 1, p - 1, p + 1, 2 * p + 3), eager)
+
+
+@MODELS
+@pytest.mark.parametrize("algorithm", ALGORITHMS["scan"] + ALGORITHMS["exscan"], ids=lambda a: a.name)
+def test_scan_schedule(algorithm, eager):
+    """Rank r's prefix is ranks 0 .. r's inputs (0 .. r-1 for exscan) in rank order, each
+    combine's left operand from lower ranks than its right; in place (IN is ACC's memory)
+    too, and IN is never written; exscan leaves rank 0's ACC as it was."""
+    exclusive = algorithm.name.startswith("exscan")
+    for p, apart in itertools.product(range(1, 13), (False, True)):
+        for n in (0, 1, p - 1, p + 1, 2 * p + 3):
+            data = _inputs(p, n)
+            kept = [[f"kept{r}.{i}" for i in range(n)] for r in range(p)]
+
+            def start(r):
+                inp = list(data[r])
+                return (list(kept[r]) if apart else inp), inp
+            m = Machine(algorithm.build, p, (n, apart), start, eager)
+            out = m.run()
+            for r in range(p):
+                what = f"p={p} n={n} apart={apart} rank {r}"
+                if exclusive and r == 0:
+                    assert out[r] == (kept[r] if apart else data[r]), f"{what}: ACC written"
+                    continue
+                if apart:
+                    assert m.bufs[r][IN] == data[r], f"{what}: IN written"
+                for i in range(n):
+                    want = [f"x{k}.{i}" for k in range(r + (not exclusive))]
+                    assert _leaves(out[r][i]) == want, f"{what}, element {i}: {out[r][i]}"
 
 
 @MODELS
