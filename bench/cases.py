@@ -29,8 +29,9 @@ SPEC = {
     "gather": ("Gather", lambda p: (p - 1) / p, True),
     "scatter": ("Scatter", lambda p: (p - 1) / p, True),
     "barrier": ("Barrier", lambda p: 0.0, False),
+    "scan": ("Scan", lambda p: 1.0, False),
 }
-REDUCING = ("allreduce", "reduce_scatter", "reduce")
+REDUCING = ("allreduce", "reduce_scatter", "reduce", "scan")
 ROOTED = ("bcast", "reduce", "gather", "scatter")
 # In place has no meaning for a broadcast (always in place), a barrier, and is not offered for
 # the all-to-all (native only here).
@@ -94,6 +95,12 @@ class Case:
             total = functools.reduce(OPS[op][1], inputs)
             want = total if collective == "allreduce" or at_root else None
             if in_place and (collective == "allreduce" or at_root):
+                args, prefill = (MPI.IN_PLACE, self.out), mine
+            else:
+                args = (mine, self.out)
+        elif collective == "scan":
+            want = functools.reduce(OPS[op][1], inputs[:r + 1])
+            if in_place:
                 args, prefill = (MPI.IN_PLACE, self.out), mine
             else:
                 args = (mine, self.out)

@@ -18,7 +18,7 @@ import numpy as np
 # bench/results when run from there), never into the installed package.
 RESULTS = os.path.join("bench", "results")
 COLLECTIVE_TESTS = ("allreduce", "bcast", "reduce", "allgather", "reduce_scatter", "alltoall", "gather",
-                    "scatter", "barrier")
+                    "scatter", "barrier", "scan")
 P2P_TESTS = ("latency", "bw", "bibw", "exchange")
 
 # Environment variables that change what a benchmark measures; recorded with every result.

@@ -40,6 +40,7 @@ MPICH_ALGORITHMS = {
     "gather": ("GATHER", ["binomial", "nb"]),
     "scatter": ("SCATTER", ["binomial", "nb"]),
     "barrier": ("BARRIER", ["nb", "smp", "k_dissemination", "recexch"]),
+    "scan": ("SCAN", ["nb", "smp", "recursive_doubling"]),
 }
 # Set by the launcher of a job; a job started from inside one must not inherit them.
 _LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "HYDRA_", "OMPI_", "PRTE_")

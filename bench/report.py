@@ -10,7 +10,7 @@ import io
 
 OSU_TITLES = {"allreduce": "Allreduce", "bcast": "Broadcast", "reduce": "Reduce", "allgather": "Allgather",
               "reduce_scatter": "Reduce_scatter", "alltoall": "All-to-All Personalized Exchange",
-              "gather": "Gather", "scatter": "Scatter", "barrier": "Barrier"}
+              "gather": "Gather", "scatter": "Scatter", "barrier": "Barrier", "scan": "Scan"}
 P2P_TITLES = {"latency": "Latency", "bw": "Bandwidth", "bibw": "Bi-Directional Bandwidth",
               "exchange": "Ring Exchange Latency"}
 # Per-row fields of the CSV, then the launch's.
