@@ -37,7 +37,7 @@ def _args(collective, p, n):
     counts = tuple(n + (3 * i) % 5 for i in range(p))
     return {"allreduce": (n,), "bcast": (n, p - 1), "reduce": (n, p // 2),
             "allgather": (counts,), "reduce_scatter": (counts,), "gather": (counts, p - 1),
-            "scatter": (counts, p // 2), "barrier": ()}[collective]
+            "scatter": (counts, p // 2), "barrier": (), "scan": (n, True), "exscan": (n, False)}[collective]
 
 
 def _build(name, p, args, limit):
@@ -248,6 +248,18 @@ def test_gather_scatter(mpi_comm, algorithm):
         if got is not None:
             assert np.array_equal(got, want), f"{algorithm} n={n}"
     comm.Free()
+
+
+@pytest.mark.parametrize("method", ["Scan", "Exscan"])
+def test_scan(mpi_comm, method):
+    for comm in _both(mpi_comm):
+        for n in _sizes(mpi_comm.size):
+            send = make_data(np.int64, "sum", n, mpi_comm.rank)
+            got, want = np.zeros(n, np.int64), np.zeros(n, np.int64)
+            getattr(comm, method)(send, got)
+            getattr(mpi_comm, method)(send, want)
+            assert np.array_equal(got, want), f"{method} n={n}"
+        comm.Free()
 
 
 @pytest.mark.parametrize("call", ["push", "receive", "pull", "serve"])

@@ -237,13 +237,10 @@ def test_allreduce_schedule(algorithm, eager):
     _check_allreduce(algorithm, lambda p: (0, 1, p - 1, p + 1, 2 * p + 3), eager)
 
 
-@MODELS
-@pytest.mark.parametrize("algorithm", ALGORITHMS["scan"] + ALGORITHMS["exscan"], ids=lambda a: a.name)
-def test_scan_schedule(algorithm, eager):
-    """Rank r's prefix is ranks 0 .. r's inputs (0 .. r-1 for exscan) in rank order, each
+def _check_prefix(algorithm, eager, exclusive):
+    """Rank r's prefix is ranks 0 .. r's inputs (0 .. r-1 ``exclusive``) in rank order, each
     combine's left operand from lower ranks than its right; in place (IN is ACC's memory)
-    too, and IN is never written; exscan leaves rank 0's ACC as it was."""
-    exclusive = algorithm.name.startswith("exscan")
+    too, and IN is never written; exclusive, rank 0's ACC stays as it was."""
     for p, apart in itertools.product(range(1, 13), (False, True)):
         for n in (0, 1, p - 1, p + 1, 2 * p + 3):
             data = _inputs(p, n)
@@ -264,6 +261,18 @@ def test_scan_schedule(algorithm, eager):
                 for i in range(n):
                     want = [f"x{k}.{i}" for k in range(r + (not exclusive))]
                     assert _leaves(out[r][i]) == want, f"{what}, element {i}: {out[r][i]}"
+
+
+@MODELS
+@pytest.mark.parametrize("algorithm", ALGORITHMS["scan"], ids=lambda a: a.name)
+def test_scan_schedule(algorithm, eager):
+    _check_prefix(algorithm, eager, exclusive=False)
+
+
+@MODELS
+@pytest.mark.parametrize("algorithm", ALGORITHMS["exscan"], ids=lambda a: a.name)
+def test_exscan_schedule(algorithm, eager):
+    _check_prefix(algorithm, eager, exclusive=True)
 
 
 @MODELS
