@@ -117,8 +117,7 @@ cdef class Methods(cMPI.Intracomm):
         return self._engine.scan(sendbuf, recvbuf, op, algorithm, False, True)
 
     def Exscan(self, sendbuf, recvbuf, op=SUM, algorithm=None):
-        """Combine ``sendbuf`` of ranks 0 .. i-1 with ``op``, in rank order, into ``recvbuf`` of
-        rank i > 0; rank 0's ``recvbuf`` is left untouched."""
+        """Scan over ranks 0 .. i-1 into ``recvbuf`` of rank i; rank 0's ``recvbuf`` is left untouched."""
         self._engine.scan(sendbuf, recvbuf, op, algorithm, True, False)
 
     def Iexscan(self, sendbuf, recvbuf, op=SUM, algorithm=None):

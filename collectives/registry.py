@@ -94,8 +94,8 @@ class Algorithm:
         self.node_aware = node_aware
         self.restriction = restriction
         self.why = why
-        # Reads its input from IN itself (an all-reduce or reduce-scatter); the others get
-        # the input copied into ACC first.
+        # Reads its input from IN itself (an all-reduce, reduce-scatter or scan); the others
+        # get the input copied into ACC first.
         self.reads_in = reads_in
         # Its builder takes a last argument ``apart``: IN and ACC do not overlap (out of
         # place), so it may receive into ACC instead of scratch.

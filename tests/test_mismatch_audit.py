@@ -93,7 +93,8 @@ MISMATCHES = {
                                                    else c.Iallreduce(_ones(4), _zeros(4))).wait(),
                                    "ranks called different collectives"),
     # the prefix reductions: Scan and Exscan are different collectives
-    "iscan-count": (lambda c, odd: c.Iscan(_ones(2 if odd else 3), _zeros(2 if odd else 3)).wait(), "count ranges 2..3"),
+    "iscan-count": (lambda c, odd: c.Iscan(_ones(2 if odd else 3), _zeros(2 if odd else 3)).wait(),
+                    "count ranges 2..3"),
     "scan-exscan": (lambda c, odd: (c.Exscan if odd else c.Scan)(_ones(BIG), _zeros(BIG)),
                     "ranks called different collectives"),
     # the functional family

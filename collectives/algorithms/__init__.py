@@ -20,6 +20,9 @@ A builder appends one rank's steps to a ``collectives.schedule.Schedule``; see t
   A non-root may see -1 for counts it cannot know (Gatherv).
 * scatter(s, counts, root): IN, at the root only, holds every block; ACC gets this rank's.
 * barrier(s): no buffers.
+* scan(s, count, apart) and exscan(s, count, apart): IN is this rank's input, ACC's memory
+  itself in place (``apart`` False); ACC ends holding this rank's prefix, which for exscan
+  rank 0 has none: its ACC is never touched.
 
 Counts of the non-reducing collectives are in bytes.  TMP is scratch of any size needed.
 """
