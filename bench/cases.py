@@ -91,16 +91,12 @@ class Case:
             self.out = np.empty(0, self.dtype)
         elif collective == "bcast":
             args, prefill, want = (self.out,), (inputs[root] if at_root else None), inputs[root]
-        elif collective in ("allreduce", "reduce"):
-            total = functools.reduce(OPS[op][1], inputs)
-            want = total if collective == "allreduce" or at_root else None
-            if in_place and (collective == "allreduce" or at_root):
-                args, prefill = (MPI.IN_PLACE, self.out), mine
-            else:
-                args = (mine, self.out)
-        elif collective == "scan":
-            want = functools.reduce(OPS[op][1], inputs[:r + 1])
-            if in_place:
+        elif collective in ("allreduce", "reduce", "scan"):
+            # A scan's result is the combination of ranks 0 .. r; a reduce's lands at the root only.
+            total = functools.reduce(OPS[op][1], inputs[:r + 1] if collective == "scan" else inputs)
+            gets = collective != "reduce" or at_root
+            want = total if gets else None
+            if in_place and gets:
                 args, prefill = (MPI.IN_PLACE, self.out), mine
             else:
                 args = (mine, self.out)
