@@ -22,6 +22,9 @@
 # MPI=system uses the MPI already on PATH (mpicc/mpiexec) instead of the mpich wheel.
 
 PYTHON ?= python3
+# Every step that downloads from the package index runs through tools/retry.sh: a download cut off
+# mid-way fails pip with a hash mismatch that pip never retries.
+RETRY := $(CURDIR)/tools/retry.sh
 VENV ?= .venv
 PY := $(VENV)/bin/python
 MPI ?= wheel
@@ -65,8 +68,8 @@ all: build
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt $(MPI_PKG)
+	$(RETRY) $(PY) -m pip install -q --upgrade pip
+	$(RETRY) $(PY) -m pip install -q -r requirements.txt $(MPI_PKG)
 	touch $@
 
 venv: $(VENV)/.installed
@@ -167,8 +170,8 @@ OMPI_SOURCES := setup.py csrc collectives tests bench tools docs README.md
 
 $(OMPI_VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(OMPI_VENV)
-	$(OMPI_PY) -m pip install -q --upgrade pip
-	$(OMPI_PY) -m pip install -q -r requirements.txt $(OMPI_PKG)
+	$(RETRY) $(OMPI_PY) -m pip install -q --upgrade pip
+	$(RETRY) $(OMPI_PY) -m pip install -q -r requirements.txt $(OMPI_PKG)
 	touch $@
 
 # Reduced matrix at 2 ranks: what the dtypes and more ranks add is MPI-independent (kernels,
@@ -198,7 +201,7 @@ MPI4PY_TIMEOUT ?= 900
 MPI4PY_TESTS := $(VENV)/mpi4py-src/mpi4py-$(MPI4PY_VERSION)/test
 
 $(MPI4PY_TESTS)/test_cco_buf.py: | $(VENV)/.installed
-	@tests/timed.sh "mpi4py download" $(PY) -m pip download -q --no-binary mpi4py --no-deps mpi4py==$(MPI4PY_VERSION) \
+	@tests/timed.sh "mpi4py download" $(RETRY) $(PY) -m pip download -q --no-binary mpi4py --no-deps mpi4py==$(MPI4PY_VERSION) \
 	  -d $(VENV)/mpi4py-src
 	tar -xzf $(VENV)/mpi4py-src/mpi4py-$(MPI4PY_VERSION).tar.gz -C $(VENV)/mpi4py-src mpi4py-$(MPI4PY_VERSION)/test
 	touch $@
@@ -265,15 +268,15 @@ SITE_LIBMPI ?= libmpi.so.40
 .PHONY: wheel test-wheel site-mpi test-site-mpi
 wheel: $(VENV)/.installed
 	@rm -rf $(DIST)
-	@env -u PYTHONPATH tests/timed.sh "wheel build" $(PY) -m build -q --outdir $(DIST) .
+	@env -u PYTHONPATH tests/timed.sh "wheel build" $(RETRY) $(PY) -m build -q --outdir $(DIST) .
 
 $(WHEEL_VENV)/.installed: requirements.txt
-	@tests/timed.sh "wheel venv" sh -c '$(PYTHON) -m venv $(WHEEL_VENV) && env -u PYTHONPATH $(WHEEL_PY) -m pip install -q $(WHEEL_MPI)'
+	@tests/timed.sh "wheel venv" sh -c '$(PYTHON) -m venv $(WHEEL_VENV) && env -u PYTHONPATH $(RETRY) $(WHEEL_PY) -m pip install -q $(WHEEL_MPI)'
 	touch $@
 
 test-wheel: wheel $(WHEEL_VENV)/.installed
 	@env -u PYTHONPATH $(WHEEL_PY) -m pip uninstall -q -y collectives 2>/dev/null || true
-	@env -u PYTHONPATH tests/timed.sh "wheel install" $(WHEEL_PY) -m pip install -q -c requirements.txt \
+	@env -u PYTHONPATH tests/timed.sh "wheel install" $(RETRY) $(WHEEL_PY) -m pip install -q -c requirements.txt \
 	  $(DIST)/collectives-*.whl
 	@cd / && env -u PYTHONPATH TEST_TIMES=$(CURDIR)/$(TEST_TIMES) $(CURDIR)/tests/timed.sh "wheel np=2" \
 	  timeout 300 $(CURDIR)/$(WHEEL_VENV)/bin/mpiexec -n 2 $(CURDIR)/$(WHEEL_PY) $(SMOKE)
@@ -287,7 +290,7 @@ site-mpi:
 
 $(SITE_VENV)/.installed: requirements.txt
 	@tests/timed.sh "site MPI venv" sh -c '$(PYTHON) -m venv $(SITE_VENV) && \
-	  env -u PYTHONPATH $(SITE_PY) -m pip install -q -c requirements.txt numpy mpi4py scipy'
+	  env -u PYTHONPATH $(RETRY) $(SITE_PY) -m pip install -q -c requirements.txt numpy mpi4py scipy'
 	touch $@
 
 test-site-mpi:
@@ -298,7 +301,7 @@ test-site-mpi:
 	else \
 	  $(MAKE) -s --no-print-directory $(SITE_VENV)/.installed && \
 	  { env -u PYTHONPATH $(SITE_PY) -m pip uninstall -q -y collectives 2>/dev/null || true; } && \
-	  env -u PYTHONPATH MPICC=$(SITE_MPICC) tests/timed.sh "site MPI build" $(SITE_PY) -m pip install -q -c requirements.txt \
+	  env -u PYTHONPATH MPICC=$(SITE_MPICC) tests/timed.sh "site MPI build" $(RETRY) $(SITE_PY) -m pip install -q -c requirements.txt \
 	    "git+file://$(CURDIR)@$$(git rev-parse HEAD)" && \
 	  cd / && env -u PYTHONPATH MPI4PY_LIBMPI=$(SITE_LIBMPI) TEST_TIMES=$(CURDIR)/$(TEST_TIMES) \
 	    $(CURDIR)/tests/timed.sh "site MPI np=2" timeout 300 \
