@@ -91,4 +91,5 @@ cdef int describe_reduce_scatter(Call c, object sendbuf, object recvbuf, object 
                                  bint block) except -1
 cdef int finish_reduce_scatter(Call c) except -1
 cdef int describe_rooted(Call c, bint gather, bint vector, object sendbuf, object recvbuf, object root) except -1
+cdef int describe_alltoall(Call c, object sendbuf, object recvbuf) except -1
 cdef int describe_barrier(Call c) except -1

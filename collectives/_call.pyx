@@ -31,7 +31,7 @@ cnp.import_array()
 cdef int ALLREDUCE = INDEX["allreduce"], BCAST = INDEX["bcast"], REDUCE_ = INDEX["reduce"]
 cdef int ALLGATHER = INDEX["allgather"], REDUCE_SCATTER = INDEX["reduce_scatter"]
 cdef int GATHER = INDEX["gather"], SCATTER = INDEX["scatter"], BARRIER = INDEX["barrier"]
-cdef int SCAN = INDEX["scan"], EXSCAN = INDEX["exscan"]
+cdef int SCAN = INDEX["scan"], EXSCAN = INDEX["exscan"], ALLTOALL = INDEX["alltoall"]
 cdef int BYTE_CODE = DTYPE_CODE[np.dtype(np.uint8)]
 cdef extern from *:
     """
@@ -191,6 +191,10 @@ cdef class Call:
         if self.coll == BARRIER:
             return ()
         blocks = tuple([self.kcounts[i] for i in range(p)])
+        if self.coll == ALLTOALL:
+            # (offset, bytes) of the block for (and from) each rank.
+            sends = tuple([(i * blocks[i], blocks[i]) for i in range(p)])
+            return (sends, sends)
         if self.coll == ALLGATHER:
             return (blocks,)
         if self.coll == REDUCE_SCATTER:
@@ -600,6 +604,52 @@ cdef int describe_rooted(Call c, bint gather, bint vector, object sendbuf, objec
         else:
             c.acc_base, c.acc, c.acc_n = B_STAGE, <char *>(at[r] * size), b
         c.in_base, c.inp, c.in_n = B_STAGE, NULL, total * size
+    return 0
+
+
+cdef int describe_alltoall(Call c, object sendbuf, object recvbuf) except -1:
+    """Alltoall: block j of every rank's ``sendbuf`` to rank j, into block i of rank j's
+    ``recvbuf`` for the sender i.  In place (MPI.IN_PLACE, or ``sendbuf`` that is ``recvbuf``
+    exactly) the blocks to send are first copied to the stage: every block is overwritten."""
+    cdef Arg *send = &c.send
+    cdef Arg *recv = &c.recv
+    cdef Py_ssize_t i, p = c.size, n, each
+    if (type(recvbuf) is list or type(recvbuf) is tuple) and (
+            len(recvbuf) == 4 or (len(recvbuf) == 3 and type(recvbuf[1]) is tuple)):
+        raise ValueError("Alltoall: recvbuf may give one count, that of each rank's block; "
+                         "use Alltoallv for per-rank counts and displacements")
+    resolve(recvbuf, "recvbuf", True, p, recv, c.held)
+    if recv.count % p:
+        raise ValueError(f"Alltoall: recvbuf of {recv.count} elements is not divisible by {p} ranks")
+    n = recv.count // p
+    c.in_place = in_place_spec(sendbuf)
+    if c.in_place:
+        send[0] = recv[0]
+    else:
+        resolve(sendbuf, "sendbuf", False, p, send, c.held)
+        check_type("Alltoall", send, recv)
+        if send.count != recv.count:
+            raise ValueError(f"Alltoall: sendbuf has {send.count} elements, recvbuf {recv.count}: each holds "
+                             f"{p} blocks of the same count")
+        c.in_place = aliased("Alltoall", send, recv, True)
+    each = n * recv.size
+    for i in range(p):
+        c.counts[i] = n
+        c.kcounts[i] = each
+    c.count, c.nbytes = n * p, each * p
+    c.key[2] = each
+    c.fields[0], c.fields[1], c.fields[2] = n, element_type(recv), recv.size
+    c.nfields, c.keys = 3, ("count", "dtype", "itemsize")
+    c.acc, c.acc_n, c.in_n = recv.ptr, each * p, each * p
+    c.moves = n and p > 1
+    if not c.in_place:
+        c.inp = send.ptr
+        # Run when the schedule does not (one rank): the own block is the result.
+        bytes_copy(&c.pre, B_PTR, recv.ptr + c.rank * each, B_PTR, send.ptr + c.rank * each, each, True)
+    elif c.moves:
+        c.scratch = each * p
+        c.in_base, c.inp = B_STAGE, NULL
+        bytes_copy(&c.pre, B_STAGE, NULL, B_PTR, recv.ptr, each * p)
     return 0
 
 

@@ -108,6 +108,15 @@ cdef class Methods(cMPI.Intracomm):
         """Nonblocking Scatterv; returns a Request."""
         return self._engine.rooted("Scatterv", sendbuf, recvbuf, root, algorithm, True)
 
+    def Alltoall(self, sendbuf, recvbuf, algorithm=None):
+        """Send block j of ``sendbuf`` to rank j, which receives it as block i of ``recvbuf``
+        from rank i; every block of one count."""
+        self._engine.alltoall(sendbuf, recvbuf, algorithm, False)
+
+    def Ialltoall(self, sendbuf, recvbuf, algorithm=None):
+        """Nonblocking Alltoall; returns a Request."""
+        return self._engine.alltoall(sendbuf, recvbuf, algorithm, True)
+
     def Scan(self, sendbuf, recvbuf, op=SUM, algorithm=None):
         """Combine ``sendbuf`` of ranks 0 .. i with ``op``, in rank order, into ``recvbuf`` of rank i."""
         self._engine.scan(sendbuf, recvbuf, op, algorithm, False, False)

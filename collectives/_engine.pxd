@@ -79,6 +79,7 @@ cdef class Engine:
     cpdef bcast(self, buf, root, algorithm, bint nonblocking=*)
     cpdef reduce(self, sendbuf, recvbuf, op, root, algorithm, bint nonblocking=*)
     cpdef allgather(self, sendbuf, recvbuf, algorithm, bint nonblocking=*)
+    cpdef alltoall(self, sendbuf, recvbuf, algorithm, bint nonblocking=*)
     cpdef allgatherv(self, sendbuf, recvbuf, algorithm, bint nonblocking=*)
     cpdef reduce_scatter(self, sendbuf, recvbuf, recvcounts, op, algorithm, bint block, bint nonblocking=*)
     cpdef rooted(self, method, sendbuf, recvbuf, root, algorithm, bint nonblocking=*)

@@ -42,7 +42,8 @@ from mpi4py.libmpi cimport *
 
 from collectives._buffers cimport IN_PLACE, dtype_of
 from collectives._call cimport (B_BODY, B_STAGE, C_BYTES, C_NONE, C_PACK, C_UNPACK, KEY_WORDS, Call, Copy,
-                                describe_allgather, describe_allgatherv, describe_allreduce, describe_barrier,
+                                describe_allgather, describe_allgatherv, describe_allreduce, describe_alltoall,
+                                describe_barrier,
                                 describe_bcast, describe_reduce, describe_reduce_scatter, describe_rooted,
                                 describe_scan, finish_reduce_scatter)
 from collectives._csrc cimport ck_itemsize
@@ -76,7 +77,7 @@ if NCOLL > MAX_COLLECTIVES:
 cdef int ALLREDUCE = INDEX["allreduce"], BCAST = INDEX["bcast"], REDUCE_ = INDEX["reduce"]
 cdef int ALLGATHER = INDEX["allgather"], REDUCE_SCATTER = INDEX["reduce_scatter"]
 cdef int GATHER = INDEX["gather"], SCATTER = INDEX["scatter"], BARRIER = INDEX["barrier"]
-cdef int SCAN = INDEX["scan"], EXSCAN = INDEX["exscan"]
+cdef int SCAN = INDEX["scan"], EXSCAN = INDEX["exscan"], ALLTOALL = INDEX["alltoall"]
 cdef int BYTE_CODE = DTYPE_CODE[np.dtype(np.uint8)]
 cdef int ACC_BUF = ACC, TMP_BUF = TMP, IN_BUF = IN, OUT_BUF = OUT, NBUFS = _NBUFS
 cdef object _COUNTS_INDEX = COLLECTIVE_INDEX[COUNTS]
@@ -387,6 +388,15 @@ cdef class Engine:
             describe_rooted(c, gather, method.endswith("v"), sendbuf, recvbuf, root)
         except BaseException as exc:
             c.refused(exc, (sendbuf, recvbuf, root))
+        return self.go(c, nonblocking)
+
+    cpdef alltoall(self, sendbuf, recvbuf, algorithm, bint nonblocking=False):
+        """Alltoall (Ialltoall)."""
+        cdef Call c = self.fresh(ALLTOALL, "Alltoall", algorithm, nonblocking)
+        try:
+            describe_alltoall(c, sendbuf, recvbuf)
+        except BaseException as exc:
+            c.refused(exc, (sendbuf, recvbuf))
         return self.go(c, nonblocking)
 
     cpdef barrier(self, algorithm, bint nonblocking=False):

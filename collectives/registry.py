@@ -94,7 +94,7 @@ class Algorithm:
         self.node_aware = node_aware
         self.restriction = restriction
         self.why = why
-        # Reads its input from IN itself (an all-reduce, reduce-scatter or scan); the others
+        # Reads its input from IN itself (an all-reduce, reduce-scatter, scan or all-to-all); the others
         # get the input copied into ACC first.
         self.reads_in = reads_in
         # Its builder takes a last argument ``apart``: IN and ACC do not overlap (out of
@@ -137,6 +137,7 @@ def _even_nodes(shape, topology):
     return topology.multi and topology.even
 
 
+_EQUAL = "needs equal counts on every rank"
 # The naive all-to-all holds p - 1 incoming vectors at once.
 MAX_SCRATCH_ELEMENTS = config.get("COLLECTIVES_MAX_SCRATCH")
 
@@ -187,6 +188,11 @@ ALGORITHMS = {
     "exscan": [
         Algorithm("exscan_recursive_doubling", reads_in=True, apart=True),
     ],
+    "alltoall": [
+        Algorithm("alltoall_pairwise", reads_in=True),
+        Algorithm("alltoall_scattered", reads_in=True),
+        Algorithm("alltoall_bruck", _uniform, _EQUAL + " (use Alltoall, not Alltoallv)", reads_in=True),
+    ],
 }
 
 # Node-aware algorithms: for a communicator spanning more than one node with more than one
@@ -200,7 +206,6 @@ NODE_ALGORITHMS = {
     ],
 }
 
-_EQUAL = "needs equal counts on every rank"
 # In the node's shared segment, one or more per collective.
 SHM = {
     "allreduce": [Algorithm("allreduce_shm_direct", shm="direct"),
@@ -215,10 +220,11 @@ SHM = {
     "barrier": [Algorithm("barrier_shm", shm="pipelined")],
     "scan": [],
     "exscan": [],
+    "alltoall": [],
 }
 # The checked exchange carrying the payload (collectives.exchange), one per collective that
-# has one: a prefix reduction gives every rank a different result, which the exchange's
-# payload kinds (one result for all, or blocks in rank order) do not carry.
+# has one: a prefix reduction and an all-to-all give every rank a different result, which the
+# exchange's payload kinds (one result for all, or blocks in rank order) do not carry.
 FUSED = {
     "allreduce": Algorithm("allreduce_fused", fused=REDUCE),
     "bcast": Algorithm("bcast_fused", fused=BCAST),

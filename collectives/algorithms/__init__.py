@@ -23,6 +23,9 @@ A builder appends one rank's steps to a ``collectives.schedule.Schedule``; see t
 * scan(s, count, apart) and exscan(s, count, apart): IN is this rank's input, ACC's memory
   itself in place (``apart`` False); ACC ends holding this rank's prefix, which for exscan
   rank 0 has none: its ACC is never touched.
+* alltoall(s, sends, recvs): IN holds the blocks to send, ``sends[j]`` (offset, count) the one
+  for rank j; ACC gets the block from rank j at ``recvs[j]``.  IN is never ACC's memory: in
+  place, the executors stage the input first.
 
 Counts of the non-reducing collectives are in bytes.  TMP is scratch of any size needed.
 """
