@@ -5,7 +5,7 @@ from mpi4py import MPI
 from mpi4py.util import dtlib
 
 import collectives
-from util import LARGE, assert_everywhere, assert_identical_across_ranks, make_data, sizes, uneven
+from util import LARGE, assert_bytes_equal, assert_everywhere, assert_identical_across_ranks, make_data, sizes, uneven
 
 ALGORITHMS = collectives.names("allgather") + ["allgather_fused"] + collectives.shm_names("allgather")
 DTYPES = [np.dtype(t) for t in (np.bool_, np.int8, np.uint16, np.int64, np.float16,
@@ -15,10 +15,6 @@ DTYPES = [np.dtype(t) for t in (np.bool_, np.int8, np.uint16, np.int64, np.float
 def _native(mpi_comm, send, recv):
     """Native Allgather on byte views, so it handles every dtype."""
     mpi_comm.Allgather(send.view(np.uint8), recv.view(np.uint8))
-
-
-def _assert_equal(got, want, what):
-    assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), what
 
 
 @pytest.mark.matrix
@@ -36,7 +32,7 @@ def test_allgather(comm, mpi_comm, algorithm, dtype):
         comm.Allgather(send, got, algorithm=algorithm)
         want = np.zeros_like(got)
         _native(mpi_comm, send, want)
-        assert_everywhere(mpi_comm, _assert_equal, got, want, what)
+        assert_everywhere(mpi_comm, assert_bytes_equal, got, want, what)
         assert_everywhere(mpi_comm, assert_identical_across_ranks, mpi_comm, got, what)
 
 
@@ -50,7 +46,7 @@ def test_allgather_in_place(comm, mpi_comm, algorithm):
         comm.Allgather(MPI.IN_PLACE, [buf, MPI.DOUBLE], algorithm=algorithm)
         want = np.empty_like(buf)
         _native(mpi_comm, mine, want)
-        assert_everywhere(mpi_comm, _assert_equal, buf, want, f"{algorithm} in place n={n}")
+        assert_everywhere(mpi_comm, assert_bytes_equal, buf, want, f"{algorithm} in place n={n}")
 
 
 def test_allgather_count_spec(comm, mpi_comm):
@@ -61,7 +57,7 @@ def test_allgather_count_spec(comm, mpi_comm):
     comm.Allgather(send, [got, 3, MPI.DOUBLE])
     want = np.full_like(got, -1.0)
     mpi_comm.Allgather(send, [want, 3, MPI.DOUBLE])
-    assert_everywhere(mpi_comm, _assert_equal, got, want, "Allgather [buf, count, type]")
+    assert_everywhere(mpi_comm, assert_bytes_equal, got, want, "Allgather [buf, count, type]")
     with pytest.raises(ValueError, match="too few|buffer"):
         comm.Allgather(np.zeros(6), [got, 6, MPI.DOUBLE])
 
@@ -82,8 +78,8 @@ def test_iallgather(comm, mpi_comm, algorithm):
     mpi_comm.Allgatherv(sendv, [wantv, (counts, displs), MPI.INT])
     req.wait()
     reqv.wait()
-    assert_everywhere(mpi_comm, _assert_equal, got, want, f"{algorithm} Iallgather")
-    assert_everywhere(mpi_comm, _assert_equal, gotv, wantv, f"{algorithm} Iallgatherv")
+    assert_everywhere(mpi_comm, assert_bytes_equal, got, want, f"{algorithm} Iallgather")
+    assert_everywhere(mpi_comm, assert_bytes_equal, gotv, wantv, f"{algorithm} Iallgatherv")
 
 
 @pytest.mark.parametrize("dtype", [np.dtype(t) for t in (np.int8, np.float64, np.complex64)], ids=str)
@@ -101,13 +97,13 @@ def test_allgatherv(comm, mpi_comm, algorithm, dtype):
         comm.Allgatherv(send, [got, (counts, d), mpi_type], algorithm=algorithm)
         want = np.zeros(size, dtype)
         mpi_comm.Allgatherv(send, [want, (counts, d), mpi_type])
-        assert_everywhere(mpi_comm, _assert_equal, got, want, what)
+        assert_everywhere(mpi_comm, assert_bytes_equal, got, want, what)
         assert_everywhere(mpi_comm, assert_identical_across_ranks, mpi_comm, got, what)
         # In place: each rank's block is already at its displacement in recvbuf.
         inplace = np.zeros(size, dtype)
         inplace[d[r]:d[r] + counts[r]] = send
         comm.Allgatherv(MPI.IN_PLACE, [inplace, (counts, d), mpi_type], algorithm=algorithm)
-        assert_everywhere(mpi_comm, _assert_equal, inplace, want, what + " in place")
+        assert_everywhere(mpi_comm, assert_bytes_equal, inplace, want, what + " in place")
 
 
 @pytest.mark.parametrize("algorithm", collectives.names("allgather"))
@@ -149,8 +145,8 @@ def test_allgather_own_block_copied_late_or_first(comm, mpi_comm, algorithm, mon
         assert calls == ([(8000 * r, 8000)] * 2 if late else []), (limit, calls)
         what = f"{algorithm} limit={limit} p={p}"
         for name, out in (("Allgather", got), ("Allgatherv", gotv), ("in place", inplace)):
-            assert_everywhere(mpi_comm, _assert_equal, out, want, f"{what} {name}")
-        assert_everywhere(mpi_comm, _assert_equal, send, kept, f"{what}: input untouched")
+            assert_everywhere(mpi_comm, assert_bytes_equal, out, want, f"{what} {name}")
+        assert_everywhere(mpi_comm, assert_bytes_equal, send, kept, f"{what}: input untouched")
 
 
 @pytest.mark.serial

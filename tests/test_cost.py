@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from collectives.algorithms.allreduce_ring_segmented import SEGMENT
+from collectives.algorithms.alltoall_scattered import WINDOW
 from collectives.constants import SHM_CHUNK
 from collectives.registry import ALGORITHMS, NODE_ALGORITHMS, SHM as SHARED
 from collectives.schedule import ISEND, NONE, SENDRECV, Schedule, blocks
@@ -41,6 +42,10 @@ HEADERS = {
                                   lambda p, n: math.ceil(math.log2(p)) * (A + n * B)
                                   + 2 * (math.ceil(math.log2(p)) - 1) * n * G),
     "barrier_dissemination": ("ceil(lg p) alpha", lambda p, n: math.ceil(math.log2(p)) * A),
+    "alltoall_pairwise": ("(p-1) alpha + ((p-1)/p) n beta", lambda p, n: (p - 1) * A + (p - 1) / p * n * B),
+    "alltoall_scattered": ("ceil((p-1)/w) alpha + ((p-1)/p) n beta, w = WINDOW",
+                           lambda p, n: math.ceil((p - 1) / WINDOW) * A + (p - 1) / p * n * B),
+    "alltoall_bruck": ("ceil(lg p) (alpha + (n/2) beta)", lambda p, n: math.ceil(math.log2(p)) * (A + n / 2 * B)),
     "reduce_scatter_pairwise": ("(p-1) alpha + ((p-1)/p) n beta + ((p-1)/p) n gamma",
                                 lambda p, n: (p - 1) * A + ((p - 1) / p) * n * B + ((p - 1) / p) * n * G),
     "gather_binomial": ("ceil(lg p) alpha + ((p-1)/p) n beta", lambda p, n: math.ceil(math.log2(p)) * A
@@ -123,6 +128,9 @@ SENT = {
     "scatter_linear": _every(lambda p, n: (p - 1) / p * n),
     "scan_recursive_doubling": _every(lambda p, n: _lg(p) * n),
     "exscan_recursive_doubling": _every(lambda p, n: _lg(p) * n),
+    "alltoall_pairwise": _every(lambda p, n: (p - 1) / p * n),
+    "alltoall_scattered": _every(lambda p, n: (p - 1) / p * n),
+    "alltoall_bruck": _fold(lambda p, n: math.log2(p) * n / 2, lambda p, n: _lg(p) * n / 2, exact=False),
 }
 
 
@@ -131,7 +139,12 @@ def _builder_args(collective, n, p):
     counts, _ = blocks(n, p)
     return {"allreduce": (n,), "bcast": (n, 0), "reduce": (n, 0), "allgather": (counts,),
             "reduce_scatter": (counts,), "gather": (counts, 0), "scatter": (counts, 0), "barrier": (),
-            "scan": (n, True), "exscan": (n, True)}[collective]
+            "scan": (n, True), "exscan": (n, True), "alltoall": (_blocks(n // p, p),) * 2}[collective]
+
+
+def _blocks(each, p):
+    """(offset, count) of p blocks of ``each`` elements in rank order."""
+    return tuple((i * each, each) for i in range(p))
 
 
 def _busiest_sender(name, collective, p, n):

@@ -37,7 +37,8 @@ def _args(collective, p, n):
     counts = tuple(n + (3 * i) % 5 for i in range(p))
     return {"allreduce": (n,), "bcast": (n, p - 1), "reduce": (n, p // 2),
             "allgather": (counts,), "reduce_scatter": (counts,), "gather": (counts, p - 1),
-            "scatter": (counts, p // 2), "barrier": (), "scan": (n, True), "exscan": (n, False)}[collective]
+            "scatter": (counts, p // 2), "barrier": (), "scan": (n, True), "exscan": (n, False),
+            "alltoall": (tuple((i * n, n) for i in range(p)),) * 2}[collective]
 
 
 def _build(name, p, args, limit):
@@ -259,6 +260,19 @@ def test_scan(mpi_comm, method):
             getattr(comm, method)(send, got)
             getattr(mpi_comm, method)(send, want)
             assert np.array_equal(got, want), f"{method} n={n}"
+        comm.Free()
+
+
+@pytest.mark.parametrize("algorithm", collectives.names("alltoall"))
+def test_alltoall(mpi_comm, algorithm):
+    """Blocks around the limit (in bytes: an all-to-all moves bytes), against native MPI."""
+    for comm in _both(mpi_comm):
+        for n in _sizes(mpi_comm.size):
+            send = make_data(np.int8, "sum", n * mpi_comm.size, mpi_comm.rank)
+            got, want = np.zeros_like(send), np.zeros_like(send)
+            comm.Alltoall(send, got, algorithm=algorithm)
+            mpi_comm.Alltoall(send, want)
+            assert np.array_equal(got, want), f"{algorithm} n={n}"
         comm.Free()
 
 

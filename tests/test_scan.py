@@ -7,7 +7,7 @@ from mpi4py import MPI
 
 import collectives
 from collectives.ops import MPI_OP
-from util import ALL_DTYPES, assert_close, make_data, native_supports, ops_at, reference, sizes
+from util import ALL_DTYPES, assert_close, make_data, native_supports, ops_at, reference, sizes, waiting
 
 ALGORITHMS = [("scan", name) for name in collectives.names("scan")] + [
     ("exscan", name) for name in collectives.names("exscan")]
@@ -168,12 +168,7 @@ def test_scan_mismatch_raises_everywhere(comm, method):
     p, r = comm.size, comm.rank
     if p < 2:
         pytest.skip("needs two ranks")
-    call = getattr(comm, method)
-
-    def run(*args, **kwargs):
-        req = call(*args, **kwargs)
-        if req is not None:
-            req.wait()
+    run = waiting(getattr(comm, method))
     n = 3 + (r == p - 1)
     with pytest.raises(ValueError, match="differ across ranks.*count"):
         run(np.zeros(n), np.zeros(n))

@@ -275,6 +275,38 @@ def test_exscan_schedule(algorithm, eager):
     _check_prefix(algorithm, eager, exclusive=True)
 
 
+def _alltoall_matrices(p, uniform):
+    """Elements from rank i to rank j: equal blocks of 3, 1 and 0, and, unless ``uniform``, two
+    draws of uneven ones (zeros among them)."""
+    even = [[[c] * p for _ in range(p)] for c in (3, 1, 0)]
+    if uniform:
+        return even
+    return even + [np.random.default_rng([p, seed]).integers(0, 4, (p, p)).tolist() for seed in (1, 2)]
+
+
+@MODELS
+@pytest.mark.parametrize("algorithm", ALGORITHMS["alltoall"], ids=lambda a: a.name)
+def test_alltoall_schedule(algorithm, eager):
+    """Rank j's ACC ends with every rank i's block for j, in rank order; IN is never written.
+    The algorithms without a restriction also get uneven blocks (an Alltoallv's)."""
+    uniform = algorithm.restriction is not None
+    for p in range(1, 13):
+        for counts in _alltoall_matrices(p, uniform):
+            data = [[f"x{i}.{j}.{t}" for j in range(p) for t in range(counts[i][j])] for i in range(p)]
+            want = [[f"x{i}.{j}.{t}" for i in range(p) for t in range(counts[i][j])] for j in range(p)]
+
+            def blocks(sizes):
+                return tuple(zip(displacements(sizes), sizes))
+
+            def args(r):
+                return blocks(counts[r]), blocks([counts[i][r] for i in range(p)])
+            m = Machine(algorithm.build, p, args, lambda r: ([None] * len(want[r]), list(data[r])), eager)
+            out = m.run()
+            assert [b[IN] for b in m.bufs] == data, f"p={p} counts={counts}: IN written"
+            for r in range(p):
+                assert out[r] == want[r], f"p={p} counts={counts}: rank {r}"
+
+
 @MODELS
 @pytest.mark.parametrize("algorithm", ALGORITHMS["allgather"], ids=lambda a: a.name)
 def test_allgather_schedule(algorithm, eager):

@@ -120,6 +120,20 @@ def assert_close(got, want, dtype, p, what):
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=what)
 
 
+def assert_bytes_equal(got, want, what):
+    """``got`` holds ``want``'s bytes exactly (NaNs and every dtype alike)."""
+    assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), what
+
+
+def waiting(call):
+    """``call`` made blocking: it waits for the Request a nonblocking form returns."""
+    def run(*args, **kwargs):
+        req = call(*args, **kwargs)
+        if req is not None:
+            req.wait()
+    return run
+
+
 def assert_identical_across_ranks(comm, arr, what):
     """Every rank of ``comm`` holds the same bytes in ``arr``."""
     mine = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
