@@ -33,9 +33,8 @@ SPEC = {
 }
 REDUCING = ("allreduce", "reduce_scatter", "reduce", "scan")
 ROOTED = ("bcast", "reduce", "gather", "scatter")
-# In place has no meaning for a broadcast (always in place), a barrier, and is not offered for
-# the all-to-all (native only here).
-NO_IN_PLACE = ("bcast", "barrier", "alltoall")
+# In place has no meaning for a broadcast (always in place) or a barrier.
+NO_IN_PLACE = ("bcast", "barrier")
 PERIOD, HALF, SCALE = 4093, 2046, 2.0 ** -10
 DTYPES = {"float32": "float", "float64": "double", "int32": "int32", "int64": "int64"}
 TYPE_NAMES = dict(DTYPES, uint8="byte")
@@ -127,7 +126,7 @@ class Case:
                 want = whole[r * part:(r + 1) * part]
         elif collective == "alltoall":
             want = np.concatenate([inputs[j][r * part:(r + 1) * part] for j in range(p)])
-            args = (mine, self.out)
+            args, prefill = ((MPI.IN_PLACE, self.out), mine) if in_place else ((mine, self.out), None)
         self.want = None if want is None else want
         self.prefill = prefill
         self.count = count
