@@ -164,8 +164,8 @@ def test_unknown_algorithm_lists_the_choices(comm, mpi_comm, monkeypatch):
         comm.Allreduce(np.ones(2), np.zeros(2), algorithm="bcast_binomial")
     with pytest.raises(ValueError, match="unknown bcast algorithm 'ring'"):
         Comm(mpi_comm, algorithms={"bcast": "ring"})
-    with pytest.raises(ValueError, match="unknown collective 'alltoall'"):
-        Comm(mpi_comm, algorithms={"alltoall": "ring"})
+    with pytest.raises(ValueError, match="unknown collective 'alltoallw'"):
+        Comm(mpi_comm, algorithms={"alltoallw": "pairwise"})
     monkeypatch.setenv("COLLECTIVES_ALLREDUCE", "warp")
     with Comm(mpi_comm) as warped, pytest.raises(ValueError, match="unknown allreduce algorithm 'warp'"):
         warped.Allreduce(np.ones(2), np.zeros(2))
