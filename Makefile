@@ -93,7 +93,9 @@ test-start:
 
 # Where each test runs (tests/conftest.py's --serial and --matrix):
 # * tests of no rank count (kernels, schedule simulations, command lines, jobs of their own) run
-#   once, in the 1-rank launch, and again under Open MPI, whose launcher the jobs meet; the
+#   once, shared out between the two cores by the SERIAL_NP launch, but for the jobs of their
+#   own, which need the launch to themselves and run in the 1-rank launch; they run again under
+#   Open MPI, whose launcher the jobs meet; the
 #   NumPy fallback runs the kernel tests (KERNEL_TESTS) in one process and every test that takes
 #   a rank count, since a job of its own calls the same collectives those tests do;
 # * every dtype of the algorithm x dtype matrix runs at DTYPES_NPS, on the communicator of all
@@ -116,6 +118,7 @@ test-start:
 # (5, 6, 7, 9..12) meet every schedule in tests/test_schedules.py's simulation, and the
 # node-aware layouts of 6 ranks a job of their own (tests/test_node.py).
 DTYPES_NPS ?= 3
+SERIAL_NP ?= 2
 CHECK_ONLY_NPS ?= 8
 WATCHED_NP ?= 3
 WATCHED_TIMEOUT ?= 120
@@ -131,7 +134,7 @@ test-native: build
 	  case " $(SHM_NPS) " in *" $$n "*) watch="$$watch COLLECTIVES_SHM=1";; esac; \
 	  [ $$n = "$(P2P_NP)" ] && watch="$$watch COLLECTIVES_SHM=0"; \
 	  matrix=reduced; case " $(DTYPES_NPS) " in *" $$n "*) matrix=dtypes;; esac; \
-	  serial=skip; [ $$n = 1 ] && serial=run; \
+	  serial=skip; [ $$n = 1 ] && serial=alone; [ $$n = "$(SERIAL_NP)" ] && serial=run; \
 	  configurations=both; case " $(CHECK_ONLY_NPS) " in *" $$n "*) configurations=check;; esac; \
 	  echo "== pytest at $$n rank(s), $$matrix matrix, serial tests: $$serial, configurations: $$configurations$${watch:+, $$watch}"; \
 	  env $$watch tests/timed.sh "np=$$n" timeout $(TEST_TIMEOUT) $(MPIEXEC) -n $$n $(MPI_PYTEST) tests \

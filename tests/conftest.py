@@ -17,10 +17,12 @@ here, one line each:
 
 Two options shape a launch, so that ``make test`` runs each test where it can find bugs:
 
-* ``--serial=run|skip|only``: tests marked ``serial`` do not depend on the launch's rank
-  count (kernels, schedule simulations, cost models, command lines, jobs of their own).
+* ``--serial=run|skip|only|alone``: tests marked ``serial`` do not depend on the launch's
+  rank count (kernels, schedule simulations, cost models, command lines, jobs of their own).
   With ``run`` (the default) each runs once, on one rank of the launch; ``skip`` leaves them
-  out, ``only`` runs nothing else.
+  out, ``only`` runs nothing else; ``alone`` keeps only those marked ``serial(alone=True)``,
+  which need a launch of one rank to themselves, so that a 1-rank launch runs them while a
+  larger one shares out the rest.
 * ``--matrix=full|dtypes|reduced``: what a launch adds to the others.  ``full`` runs every
   test on every communicator of ``COMMS`` and, in the tests marked ``matrix``, every dtype.
   ``dtypes`` runs every dtype on the communicator of all ranks, and the uneven halves with
@@ -74,8 +76,9 @@ class _PerRankTmp:
 def pytest_addoption(parser, pluginmanager):
     pluginmanager.register(_PerRankTmp())
     group = parser.getgroup("collectives")
-    group.addoption("--serial", choices=("run", "skip", "only"), default="run",
-                    help="tests marked serial: run each once on one rank (default), skip them, or run only them")
+    group.addoption("--serial", choices=("run", "skip", "only", "alone"), default="run",
+                    help="tests marked serial: run each once on one rank (default), skip them, run only them, "
+                         "or run only those marked serial(alone=True)")
     group.addoption("--matrix", choices=("full", "dtypes", "reduced"), default="full",
                     help="every communicator and, in tests marked matrix, every dtype (default); every "
                          "dtype on the communicator of all ranks and one dtype per element size on its "
@@ -95,7 +98,8 @@ def pytest_collection_modifyitems(config, items):
     serial, matrix = config.getoption("serial"), config.getoption("matrix")
     keep, drop = [], []
     for item in items:
-        is_serial = item.get_closest_marker("serial") is not None
+        mark = item.get_closest_marker("serial")
+        is_serial = mark is not None and not (serial == "alone" and mark.kwargs.get("alone"))
         params = getattr(getattr(item, "callspec", None), "params", {})
         comm = params.get("mpi_comm", "world")
         other_comm = (matrix == "reduced" and comm != "world") or (matrix == "dtypes" and comm == "self")
@@ -103,7 +107,7 @@ def pytest_collection_modifyitems(config, items):
                        and item.get_closest_marker("matrix") is not None
                        and str(params.get("dtype")) not in REDUCED_DTYPES)
         thinned = other_comm or other_dtype
-        out = (serial == "skip" and is_serial) or (serial == "only" and not is_serial) or thinned
+        out = (serial in ("skip", "alone") and is_serial) or (serial == "only" and not is_serial) or thinned
         (drop if out else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
