@@ -640,6 +640,14 @@ cdef int describe_alltoall(Call c, object sendbuf, object recvbuf) except -1:
     c.key[2] = each
     c.fields[0], c.fields[1], c.fields[2] = n, element_type(recv), recv.size
     c.nfields, c.keys = 3, ("count", "dtype", "itemsize")
+    c.apart = not c.in_place
+    # The fused form gathers every rank's whole sendbuf into the payload, in rank order; this
+    # rank's result is block r of each: block i of recvbuf comes from (i p + r) n.
+    for i in range(p):
+        c.counts[p + i], c.counts[2 * p + i] = i * n, (i * p + c.rank) * n
+    bytes_copy(&c.fin, B_BODY, <char *>(c.rank * p * each), B_PTR, send.ptr, p * each)
+    blocks_copy(&c.fout, C_UNPACK, B_PTR, recv.ptr, B_BODY, NULL, recv.size)
+    c.fbytes, c.fblock = p * p * each, p * each
     c.acc, c.acc_n, c.in_n = recv.ptr, each * p, each * p
     c.moves = n and p > 1
     if not c.in_place:

@@ -33,6 +33,8 @@ byte reduced, and h the header (8 (2 p + 14) bytes):
 * ``allgather_fused`` (kind GATHER): each message carries the whole p-block buffer, into
   which a receiver copies the blocks its partner's group holds; ``gather_fused``: the same,
   the root keeps it (equal blocks only).  lg p alpha + lg p (n + h) beta, n the total.
+* ``alltoall_fused`` (kind GATHER): the same over every rank's whole send buffer, p times
+  the call's n bytes; each rank keeps the blocks meant for it.  lg p alpha + lg p (p n + h) beta.
 * ``barrier_fused`` (kind HEADER): the header alone; every rank's exit depends on every
   rank's entry.  lg p alpha + lg p h beta.
 

@@ -129,6 +129,10 @@ def _scratch_ok(shape, topology):
     return (topology.size - 1) * shape.count <= MAX_SCRATCH_ELEMENTS
 
 
+def _gathered_fits(shape, topology):
+    return topology.size * shape.nbytes <= topology.fused_bytes
+
+
 def _several_nodes(shape, topology):
     return topology.multi
 
@@ -223,8 +227,9 @@ SHM = {
     "alltoall": [],
 }
 # The checked exchange carrying the payload (collectives.exchange), one per collective that
-# has one: a prefix reduction and an all-to-all give every rank a different result, which the
-# exchange's payload kinds (one result for all, or blocks in rank order) do not carry.
+# has one: a prefix reduction gives every rank a different result, which the exchange's
+# payload kinds (one result for all, or blocks in rank order) do not carry.  The all-to-all's
+# gathers every rank's whole send buffer, p times the call's bytes, and keeps its own blocks.
 FUSED = {
     "allreduce": Algorithm("allreduce_fused", fused=REDUCE),
     "bcast": Algorithm("bcast_fused", fused=BCAST),
@@ -234,6 +239,9 @@ FUSED = {
     "gather": Algorithm("gather_fused", _uniform, _EQUAL, fused=GATHER),
     "scatter": Algorithm("scatter_fused", _uniform, _EQUAL, fused=BCAST),
     "barrier": Algorithm("barrier_fused", fused=HEADER),
+    "alltoall": Algorithm("alltoall_fused", _gathered_fits,
+                          "carries every rank's whole send buffer, over what a fused collective carries",
+                          fused=GATHER),
 }
 
 if tuple(ALGORITHMS) != COLLECTIVES or tuple(SHM) != COLLECTIVES:

@@ -7,7 +7,7 @@ from mpi4py import MPI
 import collectives
 from util import LARGE, assert_bytes_equal, assert_everywhere, make_data, sizes, waiting
 
-ALGORITHMS = collectives.names("alltoall")
+ALGORITHMS = collectives.names("alltoall") + ["alltoall_fused"]
 DTYPES = [np.dtype(t) for t in (np.bool_, np.int8, np.uint16, np.int32, np.int64, np.float16,
                                 np.float32, np.float64, np.complex128)]
 SENTINEL = 77
@@ -36,7 +36,8 @@ def test_alltoall(comm, mpi_comm, algorithm, dtype):
         kept = send.copy()
         got = np.full(p * n, SENTINEL, dtype)
         comm.Alltoall(send, got, algorithm=algorithm)
-        assert comm.last_algorithm == algorithm, what
+        # The fused form falls back where the gathered buffers do not fit, or on a segment.
+        assert comm.last_algorithm == algorithm or algorithm == "alltoall_fused", what
         want = np.empty_like(got)
         _native(mpi_comm, send, want)
         assert_everywhere(mpi_comm, assert_bytes_equal, got, want, what)
@@ -57,6 +58,24 @@ def test_alltoall_in_place(comm, mpi_comm, algorithm):
         buf[:] = send
         comm.Alltoall(buf, buf, algorithm=algorithm)
         assert_everywhere(mpi_comm, assert_bytes_equal, buf, want, f"{algorithm} same buffer n={n}")
+
+
+def test_alltoall_fused_where_it_fits(p2p_comm, mpi_comm):
+    """Without a segment, the fused form runs while p whole send buffers fit the exchange's
+    payload, in place too, and hands over to a schedule above that."""
+    comm, p, r = p2p_comm, p2p_comm.size, p2p_comm.rank
+    fits = comm._engine.fused_bytes // (8 * p * p)
+    for n, want_fused in ((1, True), (fits, True), (fits + 1, False)):
+        for in_place in (False, True):
+            send = _send(np.float64, n, p, r)
+            got = send.copy() if in_place else np.full_like(send, SENTINEL)
+            comm.Alltoall(MPI.IN_PLACE if in_place else send, got, algorithm="fused")
+            ran = comm.last_algorithm
+            want = np.empty_like(got)
+            _native(mpi_comm, send, want)
+            what = f"fused block of {n} in place={in_place}: ran {ran}"
+            assert_everywhere(mpi_comm, assert_bytes_equal, got, want, what)
+            assert (ran == "alltoall_fused") == want_fused, what
 
 
 def test_alltoall_count_spec(comm, mpi_comm):
