@@ -314,7 +314,8 @@ cdef object spec_parts(object spec, object name, bint vector):
         counts, displs = rest
     elif rest:
         counts = rest[0]
-        if type(counts) is tuple and len(counts) == 2 and (not vector or not is_integer(counts[0])):
+        # A v-variant's tuple is (counts, displs) whatever they hold, as in mpi4py.
+        if type(counts) is tuple and len(counts) == 2 and (vector or not is_integer(counts[0])):
             counts, displs = counts
     return obj, counts, displs, dt
 
@@ -425,10 +426,11 @@ cdef Py_ssize_t how_many(object seq) except -1:
 cdef int resolve_vector(object spec, object name, bint writable, Py_ssize_t p, Py_ssize_t *counts,
                         Py_ssize_t *displs, Arg *out, Views held) except -1:
     """A v-variant's buffer spec as the whole buffer in ``out`` and ``p`` counts and
-    displacements in elements (blocks in rank order when it gives no displacements).
-    1 when the spec gives counts, 0 when it gives none (``counts`` untouched)."""
+    displacements in elements, read as mpi4py reads them: no counts, the buffer split into p
+    near-equal blocks (the first ones one longer); one count, every rank's; no displacements,
+    the blocks in rank order; one displacement, a stride.  1 when the spec gives counts."""
     cdef object obj, cnt, dis, dt
-    cdef Py_ssize_t i, nbytes, total, at = 0, end = 0
+    cdef Py_ssize_t i, nbytes, total, at = 0, end = 0, stride
     if type(spec) is not list and type(spec) is not tuple:
         obj, cnt, dis, dt = spec, None, None, None
     else:
@@ -439,19 +441,26 @@ cdef int resolve_vector(object spec, object name, bint writable, Py_ssize_t p, P
     total = nbytes // out.size if out.size else 0
     out.count = total
     if cnt is None:
-        return 0
-    nc = how_many(cnt)
-    if dis is not None:
-        nd = how_many(dis)
-        if nd != nc:
-            raise ValueError(f"{name}: {nc} counts but {nd} displacements")
-    if nc != p:
-        raise ValueError(f"{name}: {nc} counts for a communicator of size {p}")
-    integers(cnt, p, counts, name, "counts")
+        for i in range(p):
+            counts[i] = total // p + (total % p > i)
+    elif is_integer(cnt):
+        for i in range(p):
+            counts[i] = cnt
+    else:
+        nc = how_many(cnt)
+        if dis is not None and not is_integer(dis) and how_many(dis) != nc:
+            raise ValueError(f"{name}: {nc} counts but {how_many(dis)} displacements")
+        if nc != p:
+            raise ValueError(f"{name}: {nc} counts for a communicator of size {p}")
+        integers(cnt, p, counts, name, "counts")
     if dis is None:
         for i in range(p):
             displs[i] = at
             at += counts[i]
+    elif is_integer(dis):
+        stride = dis
+        for i in range(p):
+            displs[i] = stride * i
     else:
         integers(dis, p, displs, name, "displacements")
     for i in range(p):
@@ -462,7 +471,7 @@ cdef int resolve_vector(object spec, object name, bint writable, Py_ssize_t p, P
     if end > total:
         raise ValueError(f"{name}: counts and displacements reach element {end} "
                          f"of a {total}-element buffer")
-    return 1
+    return cnt is not None
 
 
 cdef dict _OP_BY_NAME = {name: i for i, name in enumerate(OP_NAMES)}

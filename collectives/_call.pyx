@@ -379,8 +379,7 @@ cdef int describe_allgatherv(Call c, object sendbuf, object recvbuf) except -1:
     cdef Py_ssize_t *dis = cnt + p
     cdef Py_ssize_t *at = cnt + 2 * p
     cdef bint packed
-    if not resolve_vector(recvbuf, "recvbuf", True, p, cnt, dis, recv, c.held):
-        raise ValueError("Allgatherv: recvbuf must give counts, e.g. [buf, (counts, displs), MPI.DOUBLE]")
+    resolve_vector(recvbuf, "recvbuf", True, p, cnt, dis, recv, c.held)
     if in_place_spec(sendbuf):
         send[0] = recv[0]
         send.ptr = recv.ptr + dis[r] * recv.size
@@ -526,12 +525,7 @@ cdef int describe_rooted(Call c, bint gather, bint vector, object sendbuf, objec
     whole.ptr = NULL
     if c.is_root:
         if vector:
-            if not resolve_vector(whole_spec, root_name, gather, p, cnt, dis, whole, c.held):
-                if whole.count % p:
-                    raise ValueError(f"{root_name}: {whole.count} elements do not split evenly over {p} "
-                                     "ranks; give counts, e.g. [buf, (counts, displs), MPI.DOUBLE]")
-                for i in range(p):
-                    cnt[i], dis[i] = whole.count // p, i * (whole.count // p)
+            resolve_vector(whole_spec, root_name, gather, p, cnt, dis, whole, c.held)
         else:
             resolve(whole_spec, root_name, gather, p, whole, c.held)
             if whole.count % p:
