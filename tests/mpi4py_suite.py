@@ -47,6 +47,8 @@ MODULES = {
     "test_cco_buf": ("BaseTestCCOBuf", "BaseTestCCOBufInplace"),
     "test_cco_nb_buf": ("BaseTestCCOBuf", "BaseTestCCOBufInplace"),
     "test_cco_obj": ("BaseTestCCOObj",),
+    "test_cco_vec": ("BaseTestCCOVec", "BaseTestCCOVecInplace"),
+    "test_cco_nb_vec": ("BaseTestCCOVec", "BaseTestCCOVecInplace"),
 }
 
 
