@@ -128,8 +128,10 @@ HYDRA_ONLY = ("sigkill-no-cleanup",)
 # StallError (or the MPI error of a transfer the death cut short) stops them, and Hydra still
 # reports the killed rank's 9 (docs/results/failures.md), or, when a survivor's exit races
 # its handling of the killed one, 255 with its own "process manager error waiting for
-# completion".  The supervisor leaves SIGKILL's handler alone: no process may set it.
-STATUS = {"sigkill": (9, 137), "sigkill-no-cleanup": (9, 255), "plain-raise": (1,), "plain-exit": (1,),
+# completion", or -13 when mpiexec itself dies of SIGPIPE writing to the killed rank's side of
+# that race (seen with both cores busy).  The supervisor leaves SIGKILL's handler alone: no
+# process may set it.
+STATUS = {"sigkill": (9, 137), "sigkill-no-cleanup": (9, 255, -13), "plain-raise": (1,), "plain-exit": (1,),
           "plain-skip": (124,)}
 
 # What the job leaves to resume from, by case (the last column of docs/failures.md).
