@@ -133,8 +133,8 @@ LOCAL = {
     "allreduce-unknown-algorithm-big": lambda c, bad: c.Allreduce(_ones(BIG), _zeros(BIG),
                                                                   algorithm="fastest" if bad else None),
     "allreduce-list": lambda c, bad: c.Allreduce([1.0, 2.0] if bad else _ones(2), _zeros(2)),
-    "allgatherv-without-counts": lambda c, bad: c.Allgatherv(
-        _ones(1), _zeros(c.size) if bad else [_zeros(c.size), [1] * c.size, MPI.DOUBLE]),
+    "allgatherv-too-many-counts": lambda c, bad: c.Allgatherv(
+        _ones(1), [_zeros(c.size), [1] * (c.size + bad), MPI.DOUBLE]),
 }
 
 
