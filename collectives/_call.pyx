@@ -328,15 +328,22 @@ cdef int per_rank_fields(Call c, int64_t first, int64_t second, tuple keys) noex
     return 0
 
 
+cdef int one_count(object recvbuf, object method) except -1:
+    """ValueError when ``method``'s recvbuf spec gives per-rank counts or displacements, which
+    only its v-form takes."""
+    if (type(recvbuf) is list or type(recvbuf) is tuple) and (
+            len(recvbuf) == 4 or (len(recvbuf) == 3 and type(recvbuf[1]) is tuple)):
+        raise ValueError(f"{method}: recvbuf may give one count, that of each rank's block; "
+                         f"use {method}v for per-rank counts and displacements")
+    return 0
+
+
 cdef int describe_allgather(Call c, object sendbuf, object recvbuf) except -1:
     cdef Arg *send = &c.send
     cdef Arg *recv = &c.recv
     cdef Py_ssize_t i, n, p = c.size, each
     cdef char *own
-    if (type(recvbuf) is list or type(recvbuf) is tuple) and (
-            len(recvbuf) == 4 or (len(recvbuf) == 3 and type(recvbuf[1]) is tuple)):
-        raise ValueError("Allgather: recvbuf may give one count, that of each rank's block; "
-                         "use Allgatherv for per-rank counts and displacements")
+    one_count(recvbuf, "Allgather")
     resolve(recvbuf, "recvbuf", True, p, recv, c.held)
     if in_place_spec(sendbuf):
         if recv.count % p:
@@ -608,10 +615,7 @@ cdef int describe_alltoall(Call c, object sendbuf, object recvbuf) except -1:
     cdef Arg *send = &c.send
     cdef Arg *recv = &c.recv
     cdef Py_ssize_t i, p = c.size, n, each
-    if (type(recvbuf) is list or type(recvbuf) is tuple) and (
-            len(recvbuf) == 4 or (len(recvbuf) == 3 and type(recvbuf[1]) is tuple)):
-        raise ValueError("Alltoall: recvbuf may give one count, that of each rank's block; "
-                         "use Alltoallv for per-rank counts and displacements")
+    one_count(recvbuf, "Alltoall")
     resolve(recvbuf, "recvbuf", True, p, recv, c.held)
     if recv.count % p:
         raise ValueError(f"Alltoall: recvbuf of {recv.count} elements is not divisible by {p} ranks")
@@ -627,18 +631,16 @@ cdef int describe_alltoall(Call c, object sendbuf, object recvbuf) except -1:
                              f"{p} blocks of the same count")
         c.in_place = aliased("Alltoall", send, recv, True)
     each = n * recv.size
+    # counts: each block's, then its place in recvbuf, then where the fused form finds it: that
+    # form gathers every rank's whole sendbuf into the payload in rank order, and block i of
+    # this rank's recvbuf is block r of rank i's, at (i p + r) n.
     for i in range(p):
-        c.counts[i] = n
+        c.counts[i], c.counts[p + i], c.counts[2 * p + i] = n, i * n, (i * p + c.rank) * n
         c.kcounts[i] = each
     c.count, c.nbytes = n * p, each * p
     c.key[2] = each
     c.fields[0], c.fields[1], c.fields[2] = n, element_type(recv), recv.size
     c.nfields, c.keys = 3, ("count", "dtype", "itemsize")
-    c.apart = not c.in_place
-    # The fused form gathers every rank's whole sendbuf into the payload, in rank order; this
-    # rank's result is block r of each: block i of recvbuf comes from (i p + r) n.
-    for i in range(p):
-        c.counts[p + i], c.counts[2 * p + i] = i * n, (i * p + c.rank) * n
     bytes_copy(&c.fin, B_BODY, <char *>(c.rank * p * each), B_PTR, send.ptr, p * each)
     blocks_copy(&c.fout, C_UNPACK, B_PTR, recv.ptr, B_BODY, NULL, recv.size)
     c.fbytes, c.fblock = p * p * each, p * each

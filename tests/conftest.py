@@ -180,7 +180,8 @@ def mpi_comm(request):
 # others run in the default configuration only, to keep the suite's time down.  Tests of
 # the check itself (cross-rank mismatches, errors other ranks must see) keep it on.
 BOTH_CONFIGURATIONS = {"test_allreduce", "test_bcast", "test_reduce", "test_allgather",
-                       "test_reduce_scatter", "test_gather_scatter", "test_scan", "test_alltoall", "test_fast_path", "test_split", "test_shm"}
+                       "test_reduce_scatter", "test_gather_scatter", "test_scan", "test_alltoall",
+                       "test_fast_path", "test_split", "test_shm"}
 CHECK_TESTS = ("mismatch", "bad_arguments")
 
 

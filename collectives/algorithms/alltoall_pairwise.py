@@ -29,14 +29,17 @@ def alltoall_pairwise(s, sends, recvs):
     """Block ``sends[j]`` (offset, count) of IN to rank j, block ``recvs[j]`` of ACC from rank j."""
     p, r = s.size, s.rank
     paired = p & (p - 1) == 0
+    own = ((ACC, *recvs[r]), (IN, *sends[r]))
+    if p == 1:
+        s.copy(*own)
+        return
     for k in range(1, p):
         to, frm = (r ^ k, r ^ k) if paired else ((r + k) % p, (r - k) % p)
-        if k > 1:
+        if k == 1:
+            # The first round as requests of its own, so that the own block is copied meanwhile.
+            s.irecv(frm, ACC, *recvs[frm])
+            s.isend(to, IN, *sends[to])
+            s.copy(*own)
+            s.waitall()
+        else:
             s.sendrecv(to, (IN, *sends[to]), frm, (ACC, *recvs[frm]))
-            continue
-        s.irecv(frm, ACC, *recvs[frm])
-        s.isend(to, IN, *sends[to])
-        s.copy((ACC, *recvs[r]), (IN, *sends[r]))
-        s.waitall()
-    if p == 1:
-        s.copy((ACC, *recvs[r]), (IN, *sends[r]))

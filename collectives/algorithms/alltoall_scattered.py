@@ -2,9 +2,9 @@
 
 Steps: for each window of ``WINDOW`` partners (k = 1 .. p-1 in order), rank r posts its
 receives from ranks (r+k) mod p, then its sends to ranks (r-k) mod p, and waits for them all;
-then the next window.  The own block is copied while the first window is in flight.  Starting the partners at different
-offsets spreads the traffic, so no rank is the target of every sender at once (MPICH's
-alltoall_intra_scattered, whose throttle is the window).
+then the next window.  The own block is copied while the first window is in flight.  Starting
+the partners at different offsets spreads the traffic, so no rank is the target of every
+sender at once (MPICH's alltoall_intra_scattered, whose throttle is the window).
 
 Restrictions: none; blocks may differ in size (Alltoallv).  The receives are posted before the
 sends, and a window completes as a whole, so it cannot deadlock.
@@ -29,6 +29,10 @@ def cost(p, n, alpha, beta, gamma):
 def alltoall_scattered(s, sends, recvs):
     """Block ``sends[j]`` (offset, count) of IN to rank j, block ``recvs[j]`` of ACC from rank j."""
     p, r = s.size, s.rank
+    own = ((ACC, *recvs[r]), (IN, *sends[r]))
+    if p == 1:
+        s.copy(*own)
+        return
     for first in range(1, p, WINDOW):
         window = range(first, min(first + WINDOW, p))
         for k in window:
@@ -36,7 +40,5 @@ def alltoall_scattered(s, sends, recvs):
         for k in window:
             s.isend((r - k) % p, IN, *sends[(r - k) % p])
         if first == 1:
-            s.copy((ACC, *recvs[r]), (IN, *sends[r]))
+            s.copy(*own)
         s.waitall()
-    if p == 1:
-        s.copy((ACC, *recvs[r]), (IN, *sends[r]))
