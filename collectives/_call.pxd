@@ -1,6 +1,6 @@
 # A collective call as a value: everything one call's description resolves, for the engine
 # that plans, agrees and runs it (collectives._engine).
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 
 from collectives._buffers cimport Arg, Views
 
@@ -18,6 +18,14 @@ cdef enum:
     B_PTR = 0
     B_STAGE = 1
     B_BODY = 2
+
+
+cdef inline uint64_t mix(uint64_t h, uint64_t word) noexcept:
+    """One word into a hash (splitmix64's finalizer over the sum)."""
+    h = (h ^ word) + 0x9E3779B97F4A7C15ULL
+    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ULL
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EBULL
+    return h ^ (h >> 31)
 
 
 cdef struct Copy:
@@ -45,10 +53,17 @@ cdef class Call:
     cdef bint uniform, apart, in_place, is_root
     # Reduce_scatter without counts: the counts come from every rank, when it runs.
     cdef bint counts_pending
-    cdef Py_ssize_t *counts    # per rank: counts, then displacements, then packed offsets
+    # Per rank: counts, then displacements, then packed offsets; Alltoallv's: the byte counts and
+    # offsets of its send blocks, then of its receive blocks.
+    cdef Py_ssize_t *counts
     # The plan key: KEY_WORDS words, and the per-rank byte counts when ``key_counts``.
     cdef int64_t key[KEY_WORDS]
     cdef bint key_counts
+    # Alltoallv: the plan is a template of block markers, filled in with ``counts`` per call
+    # (``template``), or, with a block over MAX_COUNT, made for this call alone (``once``);
+    # and the digest of its counts that the check sums over the ranks (``summed``).
+    cdef bint template, once, summed
+    cdef uint64_t digest
     cdef int64_t *kcounts
     # The agreement: ``nfields`` fields named by ``keys``, then count0 .. count{p-1} with ``per_rank``.
     cdef int64_t *fields
@@ -92,4 +107,5 @@ cdef int describe_reduce_scatter(Call c, object sendbuf, object recvbuf, object 
 cdef int finish_reduce_scatter(Call c) except -1
 cdef int describe_rooted(Call c, bint gather, bint vector, object sendbuf, object recvbuf, object root) except -1
 cdef int describe_alltoall(Call c, object sendbuf, object recvbuf) except -1
+cdef int describe_alltoallv(Call c, object sendbuf, object recvbuf) except -1
 cdef int describe_barrier(Call c) except -1

@@ -16,7 +16,7 @@ none are given: ``counts_pending`` says so, and ``finish_reduce_scatter`` comple
 description once the engine has gathered them, on the thread that runs the call.
 """
 from cpython.unicode cimport PyUnicode_GET_LENGTH
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport malloc, free
 cimport numpy as cnp
 import numpy as np
@@ -25,6 +25,7 @@ from collectives._buffers cimport (Arg, Views, dtype_of, in_place_spec, integers
                                    resolve_vector, shares)
 from collectives.constants import INDEX
 from collectives.ops import DTYPE_CODE, Native
+from collectives import schedule as _schedule
 
 cnp.import_array()
 
@@ -126,7 +127,7 @@ cdef class Call:
     def __cinit__(self, int rank, int size):
         self.rank, self.size = rank, size
         self.held = Views()
-        self.counts = <Py_ssize_t *>malloc(3 * size * sizeof(Py_ssize_t))
+        self.counts = <Py_ssize_t *>malloc(4 * size * sizeof(Py_ssize_t))
         self.kcounts = <int64_t *>malloc(size * sizeof(int64_t))
         self.fields = <int64_t *>malloc((4 + size) * sizeof(int64_t))
         if self.counts == NULL or self.kcounts == NULL or self.fields == NULL:
@@ -149,6 +150,8 @@ cdef class Call:
         self.root = self.count = self.nbytes = self.start = 0
         self.uniform, self.apart, self.in_place, self.is_root = True, False, False, False
         self.counts_pending = self.key_counts = self.per_rank = False
+        self.template = self.once = self.summed = False
+        self.digest = 0
         for i in range(KEY_WORDS):
             self.key[i] = 0
         self.key[0] = coll
@@ -190,6 +193,13 @@ cdef class Call:
             return (self.count, self.root)
         if self.coll == BARRIER:
             return ()
+        if self.template:
+            # Block j's marker: (j, 1) in its (offset, count) place, filled in per call.
+            marks = tuple([(i, 1) for i in range(p)])
+            return (marks, marks)
+        if self.once:
+            return (tuple([(self.counts[p + i], self.counts[i]) for i in range(p)]),
+                    tuple([(self.counts[3 * p + i], self.counts[2 * p + i]) for i in range(p)]))
         blocks = tuple([self.kcounts[i] for i in range(p)])
         if self.coll == ALLTOALL:
             # (offset, bytes) of the block for (and from) each rank.
@@ -654,6 +664,70 @@ cdef int describe_alltoall(Call c, object sendbuf, object recvbuf) except -1:
         c.scratch = each * p
         c.in_base, c.inp = B_STAGE, NULL
         bytes_copy(&c.pre, B_STAGE, NULL, B_PTR, recv.ptr, each * p)
+    return 0
+
+
+cdef int describe_alltoallv(Call c, object sendbuf, object recvbuf) except -1:
+    """Alltoallv: ``sendcounts[j]`` elements at ``sdispls[j]`` of rank i's ``sendbuf`` to rank j,
+    into ``recvcounts[i]`` elements at ``rdispls[i]`` of its ``recvbuf``.  In place (MPI.IN_PLACE)
+    the receive counts and displacements are the send ones too, and the blocks to send are
+    first copied to the stage.
+
+    What one rank knows is checked here: its send and receive blocks fit their buffers, and it
+    sends itself what it receives from itself.  That rank i's send count to j is rank j's
+    receive count from i needs both ranks: the check sums ``digest`` over the ranks, one word
+    per rank (collectives.agreement's "Counts that differ per rank").  The plan is a template
+    of block markers, so counts that change from call to call do not make a new plan; a block
+    over schedule.MAX_COUNT bytes, which the schedule cuts into pieces, is planned for its call
+    alone."""
+    cdef Arg *send = &c.send
+    cdef Arg *recv = &c.recv
+    cdef Py_ssize_t i, p = c.size, r = c.rank, size, total = 0, send_end = 0, recv_end = 0
+    cdef Py_ssize_t *scnt = c.counts
+    cdef Py_ssize_t *sdis = c.counts + p
+    cdef Py_ssize_t *rcnt = c.counts + 2 * p
+    cdef Py_ssize_t *rdis = c.counts + 3 * p
+    cdef uint64_t digest = 0
+    cdef Py_ssize_t limit = _schedule.MAX_COUNT  # read per call: the tests lower it
+    resolve_vector(recvbuf, "recvbuf", True, p, rcnt, rdis, recv, c.held)
+    c.in_place = in_place_spec(sendbuf)
+    if c.in_place:
+        send[0] = recv[0]
+        for i in range(p):
+            scnt[i], sdis[i] = rcnt[i], rdis[i]
+    else:
+        resolve_vector(sendbuf, "sendbuf", False, p, scnt, sdis, send, c.held)
+        check_type("Alltoallv", send, recv)
+        aliased("Alltoallv", send, recv, False)
+    if scnt[r] != rcnt[r]:
+        raise ValueError(f"Alltoallv: rank {r} sends itself {scnt[r]} elements but receives {rcnt[r]} "
+                         "from itself")
+    size = recv.size
+    for i in range(p):
+        scnt[i], sdis[i], rcnt[i], rdis[i] = scnt[i] * size, sdis[i] * size, rcnt[i] * size, rdis[i] * size
+        digest += mix(mix(mix(0, r), i), scnt[i]) - mix(mix(mix(0, i), r), rcnt[i])
+        c.once = c.once or scnt[i] > limit or rcnt[i] > limit
+        c.kcounts[i] = rcnt[i]
+        total += rcnt[i]
+        send_end = max(send_end, sdis[i] + scnt[i])
+        recv_end = max(recv_end, rdis[i] + rcnt[i])
+    c.template, c.summed, c.digest, c.uniform = not c.once, True, digest, False
+    c.count, c.nbytes = total // size if size else 0, total
+    c.key[2] = -1  # the v-form (Alltoall's word is its block's bytes)
+    c.fields[0], c.fields[1] = element_type(recv), size
+    c.nfields, c.keys = 2, ("dtype", "itemsize")
+    # Every rank runs the schedule, blocks of 0 bytes or not: it holds a message for every
+    # peer whose count only the two ends know.
+    c.moves = p > 1
+    c.acc, c.acc_n = recv.ptr, recv_end
+    if not c.moves:
+        bytes_copy(&c.pre, B_PTR, recv.ptr + rdis[r], B_PTR, send.ptr + sdis[r], rcnt[r])
+    elif c.in_place:
+        c.scratch = recv_end
+        c.in_base, c.inp, c.in_n = B_STAGE, NULL, recv_end
+        bytes_copy(&c.pre, B_STAGE, NULL, B_PTR, recv.ptr, recv_end)
+    else:
+        c.inp, c.in_n = send.ptr, send_end
     return 0
 
 

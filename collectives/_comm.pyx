@@ -117,6 +117,15 @@ cdef class Methods(cMPI.Intracomm):
         """Nonblocking Alltoall; returns a Request."""
         return self._engine.alltoall(sendbuf, recvbuf, algorithm, True)
 
+    def Alltoallv(self, sendbuf, recvbuf, algorithm=None):
+        """Alltoall with per-rank counts: ``sendbuf`` and ``recvbuf`` are [buf, (counts, displs),
+        datatype]; rank i's send count to j must be rank j's receive count from i."""
+        self._engine.alltoallv(sendbuf, recvbuf, algorithm, False)
+
+    def Ialltoallv(self, sendbuf, recvbuf, algorithm=None):
+        """Nonblocking Alltoallv; returns a Request."""
+        return self._engine.alltoallv(sendbuf, recvbuf, algorithm, True)
+
     def Scan(self, sendbuf, recvbuf, op=SUM, algorithm=None):
         """Combine ``sendbuf`` of ranks 0 .. i with ``op``, in rank order, into ``recvbuf`` of rank i."""
         self._engine.scan(sendbuf, recvbuf, op, algorithm, False, False)

@@ -24,7 +24,7 @@ cdef class _Plan:
     cdef Py_ssize_t lead  # the leading rows that may start before the exchange (plans.leading)
     cdef bint reads_in
     cdef object name, reason, node_aware
-    cdef Py_ssize_t nbytes, count
+    cdef bint template  # its rows hold block markers, filled in per call (Engine.fill)
     # The call shape it serves: the Call's key words and per-rank counts.
     cdef int64_t key[7]
     cdef int64_t *kcounts
@@ -52,6 +52,7 @@ cdef class Engine:
     cdef list algo_ids          # per collective: a requested algorithm's name -> its word in the plan key
     cdef bint checked  # ``check`` when the plans were made (it picks the fused forms)
     cdef cnp.ndarray tmp, aux
+    cdef cnp.ndarray filled  # a template plan's rows for the running call
     cdef int tags[MAX_COLLECTIVES]
     cdef int native_index[MAX_COLLECTIVES]
     cdef int width, nvec
@@ -80,6 +81,7 @@ cdef class Engine:
     cpdef reduce(self, sendbuf, recvbuf, op, root, algorithm, bint nonblocking=*)
     cpdef allgather(self, sendbuf, recvbuf, algorithm, bint nonblocking=*)
     cpdef alltoall(self, sendbuf, recvbuf, algorithm, bint nonblocking=*)
+    cpdef alltoallv(self, sendbuf, recvbuf, algorithm, bint nonblocking=*)
     cpdef allgatherv(self, sendbuf, recvbuf, algorithm, bint nonblocking=*)
     cpdef reduce_scatter(self, sendbuf, recvbuf, recvcounts, op, algorithm, bint block, bint nonblocking=*)
     cpdef rooted(self, method, sendbuf, recvbuf, root, algorithm, bint nonblocking=*)
@@ -91,6 +93,8 @@ cdef class Engine:
     cdef int execute(self, Call c) except -1
     cdef char *scratch(self, bint aux, Py_ssize_t nbytes) except NULL
     cdef _Plan plan(self, Call c)
+    cdef _Plan made(self, Call c, object algorithm)
+    cdef Py_ssize_t fill(self, Call c, _Plan pl) except -1
     cdef int perform(self, Call c, _Plan pl) except -1
     cdef void copy(self, const Copy *op, Call c, _Plan pl, char *stage) noexcept
     cdef int64_t *fields(self) noexcept
@@ -100,6 +104,7 @@ cdef class Engine:
     cdef int exchange(self, object collective, object algorithm) except -1
     cdef int judge(self, object name, tuple keys, bint counts, bint error=*) except -1
     cdef int agree(self, Call c, _Plan pl, bint payload) except -1
+    cdef int unmatched(self, Call c) except -1
     cdef int refuse(self, int coll, object exc) except -1
     cdef int gather_counts(self, Call c) except -1
     cdef int launch(self, Call c, _Plan pl, char *acc, char *inp, bint early=*) except -1

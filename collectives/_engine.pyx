@@ -43,18 +43,18 @@ from mpi4py.libmpi cimport *
 from collectives._buffers cimport IN_PLACE, dtype_of
 from collectives._call cimport (B_BODY, B_STAGE, C_BYTES, C_NONE, C_PACK, C_UNPACK, KEY_WORDS, Call, Copy,
                                 describe_allgather, describe_allgatherv, describe_allreduce, describe_alltoall,
-                                describe_barrier,
+                                describe_alltoallv, describe_barrier,
                                 describe_bcast, describe_reduce, describe_reduce_scatter, describe_rooted,
-                                describe_scan, finish_reduce_scatter)
+                                describe_scan, finish_reduce_scatter, mix)
 from collectives._csrc cimport ck_itemsize
-from collectives._exchange cimport X_PIECES, x_agrees, x_checked
+from collectives._exchange cimport X_PIECES, X_REDUCE, x_agrees, x_checked
 from collectives._executor cimport MAX_BUFS, run_checked
 from collectives._requests cimport NEVER_S, label, monotonic
 from collectives._shm cimport (SHM_BAD_OP, SHM_DISAGREED, SHM_TIMED_OUT, release_gil, shm_agree, shm_allgather,
                                shm_allreduce, shm_arrived, shm_barrier, shm_bcast, shm_gather, shm_reduce,
                                shm_reduce_scatter, shm_scatter, take_gil)
 from collectives._timeline cimport CALL, CHECK, TRANSFER, put
-from collectives import exchange as _twin
+from collectives import constants as K, exchange as _twin
 from collectives._executor import ScheduleError
 from collectives.agreement import COLLECTIVE_INDEX, Disagreement, disagreement
 from collectives.cache import ByteLRU
@@ -62,7 +62,7 @@ from collectives.constants import (ACC, COLLECTIVES, COUNTS, IN, INDEX, NBUFS as
                                    TAG_EXCHANGE, TAGS, TMP)
 from collectives.exchange import FUSED_BYTES, FUSED_DEFAULT
 from collectives.nonblocking import Progress, completed
-from collectives.ops import DTYPE_CODE
+from collectives.ops import DTYPE_CODE, OP_CODE
 from collectives.registry import PLAN_OVERHEAD, choices, resolve_name
 from collectives.schedule import run_python
 from collectives.watchdog import StallError, stalled
@@ -80,6 +80,9 @@ cdef int GATHER = INDEX["gather"], SCATTER = INDEX["scatter"], BARRIER = INDEX["
 cdef int SCAN = INDEX["scan"], EXSCAN = INDEX["exscan"], ALLTOALL = INDEX["alltoall"]
 cdef int BYTE_CODE = DTYPE_CODE[np.dtype(np.uint8)]
 cdef int ACC_BUF = ACC, TMP_BUF = TMP, IN_BUF = IN, OUT_BUF = OUT, NBUFS = _NBUFS
+# The step kinds and a row's width, as collectives.constants declares them.
+cdef int SENDRECV = K.SENDRECV, COPY = K.COPY, ISEND = K.ISEND, IRECV = K.IRECV, NONE = K.NONE, NCOLS = K.NCOLS
+cdef int U64_CODE = DTYPE_CODE[np.dtype(np.uint64)], SUM_CODE = OP_CODE["sum"]
 cdef object _COUNTS_INDEX = COLLECTIVE_INDEX[COUNTS]
 cdef int SHM_DIRECT = _SHM_DIRECT
 # A call in the shared segment of at most this many bytes runs holding the GIL (in_segment).
@@ -92,14 +95,6 @@ cdef extern from *:
     """
     # A field this rank cannot know (agreement.agree's None).
     const int64_t UNKNOWN "COLLECTIVES_UNKNOWN"
-
-
-cdef inline uint64_t mix(uint64_t h, uint64_t word) noexcept:
-    """One word into the hash (splitmix64's finalizer over the sum)."""
-    h = (h ^ word) + 0x9E3779B97F4A7C15ULL
-    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ULL
-    h = (h ^ (h >> 27)) * 0x94D049BB133111EBULL
-    return h ^ (h >> 31)
 
 
 cdef inline uint64_t key_hash(Call c) noexcept:
@@ -399,6 +394,15 @@ cdef class Engine:
             c.refused(exc, (sendbuf, recvbuf))
         return self.go(c, nonblocking)
 
+    cpdef alltoallv(self, sendbuf, recvbuf, algorithm, bint nonblocking=False):
+        """Alltoallv (Ialltoallv)."""
+        cdef Call c = self.fresh(ALLTOALL, "Alltoallv", algorithm, nonblocking)
+        try:
+            describe_alltoallv(c, sendbuf, recvbuf)
+        except BaseException as exc:
+            c.refused(exc, (sendbuf, recvbuf))
+        return self.go(c, nonblocking)
+
     cpdef barrier(self, algorithm, bint nonblocking=False):
         """Barrier (Ibarrier)."""
         cdef Call c = self.fresh(BARRIER, "Barrier", algorithm, nonblocking)
@@ -555,6 +559,8 @@ cdef class Engine:
             c.key[1] = word
         # The cache is one LRU of plans; the collective's latest plan and FRONT recent ones
         # (by the key's hash) are found without it.
+        if c.once:
+            return self.made(c, algorithm)
         found = self.hot[c.coll]
         if found is not None and (<_Plan>found).serves(c):
             return <_Plan>found
@@ -569,28 +575,65 @@ cdef class Engine:
             key += PyBytes_FromStringAndSize(<char *>c.kcounts, c.size * sizeof(int64_t))
         found = self.plans.get(key)
         if found is None:
-            made = self.make_plan(self, _NAMES[c.coll], algorithm, c.count, c.nbytes, c.uniform, c.builder_args(),
-                                  None if c.opc < 0 else c.opc, c.dtype, c.apart)
-            pl = _Plan()
-            pl.steps = np.ascontiguousarray(made.steps, dtype=np.int64)
-            pl.tmp_count, pl.nreq, pl.reads_in, pl.name = made.tmp_count, made.nreq, made.reads_in, made.name
-            pl.algo, pl.fused, pl.lead, pl.node_aware, pl.reason = (made.index, made.fused, made.lead,
-                                                                     made.node_aware, made.reason)
-            pl.shm = made.shm
-            pl.nsteps = pl.steps.shape[0]
-            pl.rows = <const int64_t *>cnp.PyArray_DATA(pl.steps)
-            pl.nbytes, pl.count = c.nbytes, c.count
-            memcpy(pl.key, c.key, sizeof(pl.key))
-            pl.nkcounts = c.size if c.key_counts else 0
-            if pl.nkcounts:
-                pl.kcounts = <int64_t *>malloc(c.size * sizeof(int64_t))
-                if pl.kcounts == NULL:
-                    raise MemoryError()
-                memcpy(pl.kcounts, c.kcounts, c.size * sizeof(int64_t))
+            pl = self.made(c, algorithm)
             self.plans.put(key, pl, pl.steps.nbytes + PLAN_OVERHEAD + 8 * pl.nkcounts)
             found = pl
         self.front[h & (FRONT - 1)] = self.hot[c.coll] = found
         return <_Plan>found
+
+    cdef _Plan made(self, Call c, object algorithm):
+        """A new plan for ``c``'s shape (collectives.plans.make).  An Alltoallv's bytes differ
+        from rank to rank, and every rank must choose alike: its choice is by the rank count
+        alone, as for no bytes."""
+        cdef _Plan pl = _Plan()
+        made = self.make_plan(self, _NAMES[c.coll], algorithm, c.count, 0 if c.summed else c.nbytes, c.uniform,
+                              c.builder_args(), None if c.opc < 0 else c.opc, c.dtype, c.apart)
+        pl.steps = np.ascontiguousarray(made.steps, dtype=np.int64)
+        pl.tmp_count, pl.nreq, pl.reads_in, pl.name = made.tmp_count, made.nreq, made.reads_in, made.name
+        pl.algo, pl.fused, pl.lead, pl.node_aware, pl.reason = (made.index, made.fused, made.lead,
+                                                                 made.node_aware, made.reason)
+        pl.shm = made.shm
+        pl.template = c.template
+        pl.nsteps = pl.steps.shape[0]
+        pl.rows = <const int64_t *>cnp.PyArray_DATA(pl.steps)
+        memcpy(pl.key, c.key, sizeof(pl.key))
+        pl.nkcounts = c.size if c.key_counts else 0
+        if pl.nkcounts:
+            pl.kcounts = <int64_t *>malloc(c.size * sizeof(int64_t))
+            if pl.kcounts == NULL:
+                raise MemoryError()
+            memcpy(pl.kcounts, c.kcounts, c.size * sizeof(int64_t))
+        return pl
+
+    cdef Py_ssize_t fill(self, Call c, _Plan pl) except -1:
+        """The rows of template plan ``pl`` for the call ``c`` into ``filled``: each block marker
+        (block j as the offset of an IN or ACC region) becomes the block's byte offset and count
+        (``c.counts``); a message of 0 bytes becomes none, as at its other end, whose count is
+        the same.  The number of rows."""
+        cdef Py_ssize_t p = self.size, k, n = 0, j
+        cdef Py_ssize_t *cnt = c.counts
+        cdef const int64_t *t
+        cdef int64_t *row
+        cdef int half, b
+        if self.filled is None or self.filled.shape[0] < pl.nsteps:
+            self.filled = np.empty((pl.nsteps, NCOLS), np.int64)
+        for k in range(pl.nsteps):
+            t = pl.rows + k * NCOLS
+            row = <int64_t *>cnp.PyArray_DATA(self.filled) + n * NCOLS
+            memcpy(row, t, NCOLS * sizeof(int64_t))
+            if t[0] == SENDRECV or t[0] == ISEND or t[0] == IRECV or t[0] == COPY:
+                for half in range(1, NCOLS, 4):
+                    b, j = <int>t[half], t[half + 1]
+                    if b == IN_BUF:
+                        row[half + 1], row[half + 2] = cnt[p + j], cnt[j]
+                    elif b == ACC_BUF:
+                        row[half + 1], row[half + 2] = cnt[3 * p + j], cnt[2 * p + j]
+                    if t[0] != COPY and row[half + 3] != NONE and row[half + 2] == 0:
+                        row[half], row[half + 1], row[half + 3] = NONE, 0, NONE
+                if t[0] != COPY and row[4] == NONE and row[8] == NONE:
+                    continue
+            n += 1
+        return n
 
     # ---- agree: the checked exchange of the call's fingerprint -----------------------------
 
@@ -630,7 +673,14 @@ cdef class Engine:
         cdef int rc
         if self.shm != NULL:
             self.shm.park, self.shm.unpark = release_gil, take_gil
-            rc = shm_agree(self.shm, self.vec, self.nf, self.width)
+            if self.x.kind == X_REDUCE:
+                # A summed payload (Alltoallv's digest) is an all-reduce in the segment.
+                rc = shm_allreduce(self.shm, self.vec, self.nf, self.width, True, self.body(), self.body(),
+                                   self.x.nbytes // ck_itemsize(self.x.dtype), self.x.dtype, self.x.op, 0)
+                if rc == SHM_DISAGREED:
+                    rc = 0  # the fold is in ``vec``, for judge
+            else:
+                rc = shm_agree(self.shm, self.vec, self.nf, self.width)
             if rc:
                 self.shm_failed(rc, collective, algorithm)
             return 0
@@ -673,6 +723,10 @@ cdef class Engine:
         if payload:
             self.fingerprint(c.coll, pl.algo, c.nfields, False, pl.fused, c.fbytes, c.fblock, c.fdtype, c.fop,
                              c.fhas)
+        elif c.summed:
+            # The payload is the digest of the call's counts, summed over the ranks.
+            (<uint64_t *>self.body())[0] = c.digest
+            self.fingerprint(c.coll, pl.algo, c.nfields, False, X_REDUCE, sizeof(uint64_t), 0, U64_CODE, SUM_CODE)
         else:
             self.fingerprint(c.coll, pl.algo, c.nfields)
         t0 = monotonic() if self.ring != NULL else 0
@@ -681,7 +735,24 @@ cdef class Engine:
             # A fused plan's exchange carries the data: it is the transfer.
             put(self.ring, t0, monotonic(), TRANSFER if pl.fused >= 0 else CHECK, c.coll, pl.algo, c.nbytes,
                 c.elements(), -1)
-        return self.judge(_NAMES[c.coll], c.keys, c.per_rank)
+        self.judge(_NAMES[c.coll], c.keys, c.per_rank)
+        if c.summed and (<uint64_t *>self.body())[0] != 0:
+            self.unmatched(c)
+        return 0
+
+    cdef int unmatched(self, Call c) except -1:
+        """Raise the same Disagreement on every rank, naming a pair of ranks whose counts do not
+        match, after an Alltoallv's digests did not sum to 0 (every rank saw that sum, so every
+        rank is here).  The counts are gathered to say which: only a mistaken call pays that."""
+        cdef Py_ssize_t i, j, p = self.size, size = c.recv.size
+        mine = ([c.counts[i] // size for i in range(p)], [c.counts[2 * p + i] // size for i in range(p)])
+        every = self.comm.allgather(mine)
+        for i in range(p):
+            for j in range(p):
+                if every[i][0][j] != every[j][1][i]:
+                    raise Disagreement(f"{c.method}: rank {i} sends {every[i][0][j]} elements to rank {j}, which "
+                                       f"receives {every[j][1][i]} from rank {i}: the counts differ across ranks")
+        raise Disagreement(f"{c.method}: the counts' digests differ across ranks, but the counts match")
 
     def agree_fields(self, collective, algorithm, tuple keys, values, bint error=False):
         """``collectives.agreement.agree``: the checked exchange of ``values`` named ``keys``
@@ -803,6 +874,13 @@ cdef class Engine:
         cdef Py_ssize_t tmp_n = pl.tmp_count * ck_itemsize(c.ldtype)
         cdef double t0
         cdef int i, disagreed = 0, coll = c.coll
+        cdef const int64_t *rows = pl.rows
+        cdef Py_ssize_t nsteps = pl.nsteps
+        steps = pl.steps
+        if pl.template:
+            nsteps = self.fill(c, pl)
+            rows = <const int64_t *>cnp.PyArray_DATA(self.filled)
+            steps = self.filled[:nsteps]
         buf[ACC_BUF] = (acc + <Py_ssize_t>c.acc) if c.acc_base == B_STAGE else c.acc
         buf[IN_BUF] = (inp + <Py_ssize_t>c.inp) if c.in_base == B_STAGE else c.inp
         buf[TMP_BUF] = self.scratch(False, tmp_n) if pl.tmp_count else _empty
@@ -815,10 +893,10 @@ cdef class Engine:
             if self.pure:
                 bufs = [array_at(buf[ACC_BUF], c.acc_n), array_at(buf[TMP_BUF], tmp_n),
                         array_at(buf[IN_BUF], c.in_n), array_at(buf[OUT_BUF], c.out_n)]
-                run_python(self.comm, pl.steps, bufs, c.ldtype, c.lop, self.tags[coll], self.timeout,
+                run_python(self.comm, steps, bufs, c.ldtype, c.lop, self.tags[coll], self.timeout,
                            f"{_NAMES[coll]} ({pl.name})")
             else:
-                disagreed = run_checked(self.comm.ob_mpi, pl.rows, pl.nsteps, buf, c.ldtype, c.lop, self.tags[coll],
+                disagreed = run_checked(self.comm.ob_mpi, rows, nsteps, buf, c.ldtype, c.lop, self.tags[coll],
                                         pl.nreq, _NAMES[coll], self.timeout, pl.name, &self.x if early else NULL,
                                         pl.lead if early else 0, self.ring, coll)
         except ScheduleError as exc:
@@ -828,7 +906,7 @@ cdef class Engine:
             stalled(self, exc, self.started)
             raise
         if self.ring != NULL:
-            put(self.ring, t0, monotonic(), TRANSFER, coll, pl.algo, pl.nbytes, c.elements(), -1)
+            put(self.ring, t0, monotonic(), TRANSFER, coll, pl.algo, c.nbytes, c.elements(), -1)
         return disagreed
 
     cdef int in_segment(self, Call c, _Plan pl) except -1:
@@ -881,7 +959,7 @@ cdef class Engine:
         elif rc:
             self.shm_failed(rc, _NAMES[coll], pl.name)
         if self.ring != NULL:
-            put(self.ring, t0, monotonic(), TRANSFER, coll, pl.algo, pl.nbytes, c.elements(), -1)
+            put(self.ring, t0, monotonic(), TRANSFER, coll, pl.algo, c.nbytes, c.elements(), -1)
         self.done(c, pl)
         return 0
 
@@ -901,9 +979,9 @@ cdef class Engine:
         self.last_algorithm = pl.name
         self.calls += 1
         if self.ring != NULL:
-            put(self.ring, self.t_call, monotonic(), CALL, c.coll, pl.algo, pl.nbytes, c.elements(), -1)
+            put(self.ring, self.t_call, monotonic(), CALL, c.coll, pl.algo, c.nbytes, c.elements(), -1)
         if self.explain:
-            self.say(c.coll, f"{pl.nbytes} B -> {pl.name}: {pl.reason}")
+            self.say(c.coll, f"{c.nbytes} B -> {pl.name}: {pl.reason}")
 
     cdef void say(self, int coll, object text):
         """COLLECTIVES_EXPLAIN's line for one call."""

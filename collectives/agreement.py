@@ -35,6 +35,18 @@ on a copy and write the caller's buffers only once the fingerprints agree, so a 
 leaves them untouched.  Above it the exchange runs with headers only, before the schedule
 or overlapped with its first step (below).
 
+Counts that differ per rank.  In an Alltoallv rank i's send count to j must equal rank j's
+receive count from i: no field is the same on every rank, and comparing every pair exactly
+would take p^2 fields.  Each rank instead contributes one word, the sum over its peers j of
+H(i, j, its send bytes to j) minus H(j, i, its receive bytes from j), with H a 64-bit mix of
+the three (splitmix64's finalizer); the exchange carries it as a summed payload (a phase of
+the shared segment on a Comm with one).  Every pair (i, j) enters the total once as sent and
+once as received, so matching counts sum to 0 and a mismatch leaves it nonzero except with
+probability about 2^-64.  The check costs what the other collectives' costs, one exchange of
+the header and one word, and every rank sees the same sum.  Only then, when it is nonzero, do
+the ranks all-gather their counts to name a pair that differs (``_engine.Engine.unmatched``);
+a correct call never pays for that.  The dtype and item size are compared as fields.
+
 Overlap (the Cython fast path of the all-reduce above ``FUSED_BYTES``; ``plans.leading``
 says which plans).  The schedule's first step (its leading receives and sends, a first
 send-receive row split into them) starts before the exchange, then the exchange runs while

@@ -130,7 +130,7 @@ def _scratch_ok(shape, topology):
 
 
 def _gathered_fits(shape, topology):
-    return topology.size * shape.nbytes <= topology.fused_bytes
+    return shape.uniform and topology.size * shape.nbytes <= topology.fused_bytes
 
 
 def _several_nodes(shape, topology):
@@ -240,8 +240,8 @@ FUSED = {
     "scatter": Algorithm("scatter_fused", _uniform, _EQUAL, fused=BCAST),
     "barrier": Algorithm("barrier_fused", fused=HEADER),
     "alltoall": Algorithm("alltoall_fused", _gathered_fits,
-                          "carries every rank's whole send buffer, over what a fused collective carries",
-                          fused=GATHER),
+                          "carries every rank's whole send buffer of equal blocks (use Alltoall, not Alltoallv), "
+                          "at most what a fused collective carries", fused=GATHER),
 }
 
 if tuple(ALGORITHMS) != COLLECTIVES or tuple(SHM) != COLLECTIVES:

@@ -276,6 +276,22 @@ def test_alltoall(mpi_comm, algorithm):
         comm.Free()
 
 
+@pytest.mark.parametrize("algorithm", ["alltoall_pairwise", "alltoall_scattered"])
+def test_alltoallv(mpi_comm, algorithm):
+    """Blocks on both sides of the limit in one call: the ranks whose blocks are over it plan
+    the call alone and cut those messages, the others fill in their template; against native."""
+    p, r = mpi_comm.size, mpi_comm.rank
+    for comm in _both(mpi_comm):
+        for n in _sizes(p):
+            C = n + (np.add.outer(np.arange(p), 2 * np.arange(p)) % 3) * (LIMIT // 2)
+            send = make_data(np.int8, "sum", int(C[r].sum()), r)
+            got, want = np.zeros(int(C[:, r].sum()), np.int8), np.zeros(int(C[:, r].sum()), np.int8)
+            comm.Alltoallv([send, list(C[r])], [got, list(C[:, r])], algorithm=algorithm)
+            mpi_comm.Alltoallv([send, list(C[r])], [want, list(C[:, r])])
+            assert np.array_equal(got, want), f"{algorithm} n={n}"
+        comm.Free()
+
+
 @pytest.mark.parametrize("call", ["push", "receive", "pull", "serve"])
 def test_p2p_needs_large_count(comm, monkeypatch, call):
     """Without MPI-4 large counts a buffer over INT_MAX bytes is refused before any message."""
