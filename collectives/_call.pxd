@@ -53,9 +53,13 @@ cdef class Call:
     cdef bint uniform, apart, in_place, is_root
     # Reduce_scatter without counts: the counts come from every rank, when it runs.
     cdef bint counts_pending
-    # Per rank: counts, then displacements, then packed offsets; Alltoallv's: the byte counts and
-    # offsets of its send blocks, then of its receive blocks.
+    # Per rank: counts, then displacements, then packed offsets; Alltoallv's and the
+    # neighbourhood collectives': the byte counts and offsets of the send blocks, then of the
+    # receive blocks, ``nblocks`` apart (room for ``room`` of each).
     cdef Py_ssize_t *counts
+    cdef Py_ssize_t nblocks, room
+    # A neighbourhood collective's messages (collectives.neighbors.Neighbourhood).
+    cdef object hood
     # The plan key: KEY_WORDS words, and the per-rank byte counts when ``key_counts``.
     cdef int64_t key[KEY_WORDS]
     cdef bint key_counts
@@ -90,6 +94,7 @@ cdef class Call:
     cdef Copy pre, post
 
     cdef int begin(self, int coll, object method, object algorithm) except -1
+    cdef int blocks(self, Py_ssize_t n) except -1
     cdef int refused(self, object exc, tuple args) except -1
     cdef void release(self) noexcept
     cdef tuple builder_args(self)
@@ -108,4 +113,5 @@ cdef int finish_reduce_scatter(Call c) except -1
 cdef int describe_rooted(Call c, bint gather, bint vector, object sendbuf, object recvbuf, object root) except -1
 cdef int describe_alltoall(Call c, object sendbuf, object recvbuf) except -1
 cdef int describe_alltoallv(Call c, object sendbuf, object recvbuf) except -1
+cdef int describe_neighbor(Call c, bint allgather, bint vector, object sendbuf, object recvbuf, object hood) except -1
 cdef int describe_barrier(Call c) except -1

@@ -17,7 +17,7 @@ description once the engine has gathered them, on the thread that runs the call.
 """
 from cpython.unicode cimport PyUnicode_GET_LENGTH
 from libc.stdint cimport int64_t, uint64_t
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport free, malloc, realloc
 cimport numpy as cnp
 import numpy as np
 
@@ -127,6 +127,7 @@ cdef class Call:
     def __cinit__(self, int rank, int size):
         self.rank, self.size = rank, size
         self.held = Views()
+        self.room = size
         self.counts = <Py_ssize_t *>malloc(4 * size * sizeof(Py_ssize_t))
         self.kcounts = <int64_t *>malloc(size * sizeof(int64_t))
         self.fields = <int64_t *>malloc((4 + size) * sizeof(int64_t))
@@ -152,6 +153,7 @@ cdef class Call:
         self.counts_pending = self.key_counts = self.per_rank = False
         self.template = self.once = self.summed = False
         self.digest = 0
+        self.nblocks, self.hood = self.size, None
         for i in range(KEY_WORDS):
             self.key[i] = 0
         self.key[0] = coll
@@ -164,6 +166,17 @@ cdef class Call:
         self.acc_n = self.in_n = self.out_n = self.scratch = 0
         self.acc_base = self.in_base = B_PTR
         self.ldtype, self.lop, self.moves = BYTE_CODE, 0, False
+        return 0
+
+    cdef int blocks(self, Py_ssize_t n) except -1:
+        """Room in ``counts`` for four arrays of ``n`` blocks, ``nblocks`` = n apart."""
+        cdef Py_ssize_t *grown
+        if n > self.room:
+            grown = <Py_ssize_t *>realloc(self.counts, 4 * n * sizeof(Py_ssize_t))
+            if grown == NULL:
+                raise MemoryError()
+            self.counts, self.room = grown, n
+        self.nblocks = n
         return 0
 
     cdef int refused(self, object exc, tuple args) except -1:
@@ -193,13 +206,21 @@ cdef class Call:
             return (self.count, self.root)
         if self.coll == BARRIER:
             return ()
+        cdef Py_ssize_t b = self.nblocks
+        cdef Py_ssize_t *cnt = self.counts
+        if self.hood is not None:
+            # (peer, offset, count) per message; a template's block j is (j, 1), filled in per call.
+            if self.template:
+                return (tuple([(m[0], m[1], 1) for m in self.hood.sends]),
+                        tuple([(m[0], m[1], 1) for m in self.hood.recvs]))
+            return (tuple([(m[0], cnt[b + m[1]], cnt[m[1]]) for m in self.hood.sends]),
+                    tuple([(m[0], cnt[3 * b + m[1]], cnt[2 * b + m[1]]) for m in self.hood.recvs]))
         if self.template:
-            # Block j's marker: (j, 1) in its (offset, count) place, filled in per call.
             marks = tuple([(i, 1) for i in range(p)])
             return (marks, marks)
         if self.once:
-            return (tuple([(self.counts[p + i], self.counts[i]) for i in range(p)]),
-                    tuple([(self.counts[3 * p + i], self.counts[2 * p + i]) for i in range(p)]))
+            return (tuple([(cnt[b + i], cnt[i]) for i in range(p)]),
+                    tuple([(cnt[3 * b + i], cnt[2 * b + i]) for i in range(p)]))
         blocks = tuple([self.kcounts[i] for i in range(p)])
         if self.coll == ALLTOALL:
             # (offset, bytes) of the block for (and from) each rank.
@@ -683,7 +704,7 @@ cdef int describe_alltoallv(Call c, object sendbuf, object recvbuf) except -1:
     cdef Arg *send = &c.send
     cdef Arg *recv = &c.recv
     cdef Py_ssize_t i, p = c.size, r = c.rank, size, total = 0, send_end = 0, recv_end = 0
-    cdef Py_ssize_t *scnt = c.counts
+    cdef Py_ssize_t *scnt = c.counts  # nblocks is p
     cdef Py_ssize_t *sdis = c.counts + p
     cdef Py_ssize_t *rcnt = c.counts + 2 * p
     cdef Py_ssize_t *rdis = c.counts + 3 * p
@@ -728,6 +749,88 @@ cdef int describe_alltoallv(Call c, object sendbuf, object recvbuf) except -1:
         bytes_copy(&c.pre, B_STAGE, NULL, B_PTR, recv.ptr, recv_end)
     else:
         c.inp, c.in_n = send.ptr, send_end
+    return 0
+
+
+cdef uint64_t edges_digest(object messages, Py_ssize_t frm, Py_ssize_t to, const Py_ssize_t *nbytes,
+                           bint sent) noexcept:
+    """The sum of H(sender, receiver, k, bytes) over a neighbourhood's ``messages`` (peer,
+    block, k), this rank being the sender (``sent``: ``frm``) or the receiver (``to``)."""
+    cdef uint64_t total = 0
+    for peer, block, k in messages:
+        total += mix(mix(mix(mix(0, frm if sent else peer), peer if sent else to), k), nbytes[block])
+    return total
+
+
+cdef int describe_neighbor(Call c, bint allgather, bint vector, object sendbuf, object recvbuf, object hood) except -1:
+    """Neighbor_allgather(v) and Neighbor_alltoall(v) over ``hood`` (the communicator's
+    collectives.neighbors.Neighbourhood): send block k to destination k (Neighbor_allgather:
+    the whole send buffer to each), receive block k from source k.  MPI.IN_PLACE is not
+    valid, as in MPI.  The counts' match across ranks is checked as Alltoallv's is, edge by
+    edge (the k-th message between two ranks meets the k-th receive), and the plan is a
+    template alike."""
+    cdef Arg *send = &c.send
+    cdef Arg *recv = &c.recv
+    cdef Py_ssize_t i, n, size, total = 0, send_end = 0, recv_end = 0, r = c.rank
+    cdef Py_ssize_t ind = hood.indegree, outd = hood.outdegree
+    cdef Py_ssize_t limit = _schedule.MAX_COUNT
+    cdef Py_ssize_t *scnt
+    cdef Py_ssize_t *sdis
+    cdef Py_ssize_t *rcnt
+    cdef Py_ssize_t *rdis
+    name = c.method
+    c.hood = hood
+    c.blocks(max(ind, outd, 1))
+    scnt, sdis = c.counts, c.counts + c.nblocks
+    rcnt, rdis = c.counts + 2 * c.nblocks, c.counts + 3 * c.nblocks
+    if in_place_spec(sendbuf):
+        raise ValueError(f"{name}: MPI.IN_PLACE is not valid for a neighbourhood collective")
+    if vector:
+        resolve_vector(recvbuf, "recvbuf", True, ind, rcnt, rdis, recv, c.held)
+    else:
+        one_count(recvbuf, name)
+        resolve(recvbuf, "recvbuf", True, max(ind, 1), recv, c.held)
+    if allgather:
+        resolve(sendbuf, "sendbuf", False, 1, send, c.held)
+        for i in range(outd):
+            scnt[i], sdis[i] = send.count, 0
+    elif vector:
+        resolve_vector(sendbuf, "sendbuf", False, outd, scnt, sdis, send, c.held)
+    else:
+        resolve(sendbuf, "sendbuf", False, max(outd, 1), send, c.held)
+        if outd and send.count % outd:
+            raise ValueError(f"{name}: sendbuf of {send.count} elements is not divisible by {outd} destinations")
+        n = send.count // outd if outd else 0
+        for i in range(outd):
+            scnt[i], sdis[i] = n, i * n
+    check_type(name, send, recv)
+    aliased(name, send, recv, False)
+    if not vector:
+        if ind and recv.count % ind:
+            raise ValueError(f"{name}: recvbuf of {recv.count} elements is not divisible by {ind} sources")
+        n = recv.count // ind if ind else 0
+        if allgather and ind and n != send.count:
+            raise ValueError(f"{name}: recvbuf holds {ind} blocks of {n} elements, sendbuf {send.count}")
+        for i in range(ind):
+            rcnt[i], rdis[i] = n, i * n
+    size = recv.size
+    for i in range(outd):
+        scnt[i], sdis[i] = scnt[i] * size, sdis[i] * size
+        c.once = c.once or scnt[i] > limit
+        send_end = max(send_end, sdis[i] + scnt[i])
+    for i in range(ind):
+        rcnt[i], rdis[i] = rcnt[i] * size, rdis[i] * size
+        c.once = c.once or rcnt[i] > limit
+        total += rcnt[i]
+        recv_end = max(recv_end, rdis[i] + rcnt[i])
+    c.digest = edges_digest(hood.sends, r, 0, scnt, True) - edges_digest(hood.recvs, 0, r, rcnt, False)
+    c.template, c.summed, c.uniform = not c.once, True, not vector
+    c.count, c.nbytes = total // size if size else 0, total
+    c.fields[0], c.fields[1] = element_type(recv), size
+    c.nfields, c.keys = 2, ("dtype", "itemsize")
+    c.moves = len(hood.sends) + len(hood.recvs) > 0
+    c.acc, c.acc_n = recv.ptr, recv_end
+    c.inp, c.in_n = send.ptr, send_end
     return 0
 
 

@@ -53,6 +53,7 @@ cdef class Engine:
     cdef bint checked  # ``check`` when the plans were made (it picks the fused forms)
     cdef cnp.ndarray tmp, aux
     cdef cnp.ndarray filled  # a template plan's rows for the running call
+    cdef object hood         # the communicator's collectives.neighbors.Neighbourhood, once asked for
     cdef int tags[MAX_COLLECTIVES]
     cdef int native_index[MAX_COLLECTIVES]
     cdef int width, nvec
@@ -85,6 +86,7 @@ cdef class Engine:
     cpdef allgatherv(self, sendbuf, recvbuf, algorithm, bint nonblocking=*)
     cpdef reduce_scatter(self, sendbuf, recvbuf, recvcounts, op, algorithm, bint block, bint nonblocking=*)
     cpdef rooted(self, method, sendbuf, recvbuf, root, algorithm, bint nonblocking=*)
+    cpdef neighbor(self, method, sendbuf, recvbuf, algorithm, bint nonblocking=*)
     cpdef barrier(self, algorithm, bint nonblocking=*)
     cpdef allreduce_array(self, array, op, algorithm, out)
     cdef bint ready(self) except -1

@@ -43,7 +43,7 @@ from mpi4py.libmpi cimport *
 from collectives._buffers cimport IN_PLACE, dtype_of
 from collectives._call cimport (B_BODY, B_STAGE, C_BYTES, C_NONE, C_PACK, C_UNPACK, KEY_WORDS, Call, Copy,
                                 describe_allgather, describe_allgatherv, describe_allreduce, describe_alltoall,
-                                describe_alltoallv, describe_barrier,
+                                describe_alltoallv, describe_barrier, describe_neighbor,
                                 describe_bcast, describe_reduce, describe_reduce_scatter, describe_rooted,
                                 describe_scan, finish_reduce_scatter, mix)
 from collectives._csrc cimport ck_itemsize
@@ -61,6 +61,7 @@ from collectives.cache import ByteLRU
 from collectives.constants import (ACC, COLLECTIVES, COUNTS, IN, INDEX, NBUFS as _NBUFS, OUT, SHM_DIRECT as _SHM_DIRECT,
                                    TAG_EXCHANGE, TAGS, TMP)
 from collectives.exchange import FUSED_BYTES, FUSED_DEFAULT
+from collectives.neighbors import neighbourhood, typed
 from collectives.nonblocking import Progress, completed
 from collectives.ops import DTYPE_CODE, OP_CODE
 from collectives.registry import PLAN_OVERHEAD, choices, resolve_name
@@ -78,6 +79,7 @@ cdef int ALLREDUCE = INDEX["allreduce"], BCAST = INDEX["bcast"], REDUCE_ = INDEX
 cdef int ALLGATHER = INDEX["allgather"], REDUCE_SCATTER = INDEX["reduce_scatter"]
 cdef int GATHER = INDEX["gather"], SCATTER = INDEX["scatter"], BARRIER = INDEX["barrier"]
 cdef int SCAN = INDEX["scan"], EXSCAN = INDEX["exscan"], ALLTOALL = INDEX["alltoall"]
+cdef int NEIGHBOR_ALLGATHER = INDEX["neighbor_allgather"], NEIGHBOR_ALLTOALL = INDEX["neighbor_alltoall"]
 cdef int BYTE_CODE = DTYPE_CODE[np.dtype(np.uint8)]
 cdef int ACC_BUF = ACC, TMP_BUF = TMP, IN_BUF = IN, OUT_BUF = OUT, NBUFS = _NBUFS
 # The step kinds and a row's width, as collectives.constants declares them.
@@ -403,6 +405,20 @@ cdef class Engine:
             c.refused(exc, (sendbuf, recvbuf))
         return self.go(c, nonblocking)
 
+    cpdef neighbor(self, method, sendbuf, recvbuf, algorithm, bint nonblocking=False):
+        """Neighbor_allgather(v) or Neighbor_alltoall(v) (``method``, mpi4py's name), and their
+        nonblocking forms."""
+        cdef bint allgather = method.startswith("Neighbor_allgather")
+        cdef Call c = self.fresh(NEIGHBOR_ALLGATHER if allgather else NEIGHBOR_ALLTOALL, method, algorithm,
+                                 nonblocking)
+        try:
+            if self.hood is None:
+                self.hood = neighbourhood(self.comm)
+            describe_neighbor(c, allgather, method.endswith("v"), sendbuf, recvbuf, self.hood)
+        except BaseException as exc:
+            c.refused(exc, (sendbuf, recvbuf))
+        return self.go(c, nonblocking)
+
     cpdef barrier(self, algorithm, bint nonblocking=False):
         """Barrier (Ibarrier)."""
         cdef Call c = self.fresh(BARRIER, "Barrier", algorithm, nonblocking)
@@ -610,7 +626,7 @@ cdef class Engine:
         (block j as the offset of an IN or ACC region) becomes the block's byte offset and count
         (``c.counts``); a message of 0 bytes becomes none, as at its other end, whose count is
         the same.  The number of rows."""
-        cdef Py_ssize_t p = self.size, k, n = 0, j
+        cdef Py_ssize_t p = c.nblocks, k, n = 0, j
         cdef Py_ssize_t *cnt = c.counts
         cdef const int64_t *t
         cdef int64_t *row
@@ -718,6 +734,8 @@ cdef class Engine:
         the collective): its fields, and with ``payload`` the fused form's data."""
         cdef double t0
         if pl.fused < 0 and (self.size == 1 or not self.check):
+            if self.check and c.summed and c.digest != 0:
+                self.unmatched(c)  # one rank: its own sends to itself against its receives
             return 0
         memcpy(self.fields(), c.fields, c.nfields * sizeof(int64_t))
         if payload:
@@ -741,17 +759,32 @@ cdef class Engine:
         return 0
 
     cdef int unmatched(self, Call c) except -1:
-        """Raise the same Disagreement on every rank, naming a pair of ranks whose counts do not
-        match, after an Alltoallv's digests did not sum to 0 (every rank saw that sum, so every
-        rank is here).  The counts are gathered to say which: only a mistaken call pays that."""
-        cdef Py_ssize_t i, j, p = self.size, size = c.recv.size
-        mine = ([c.counts[i] // size for i in range(p)], [c.counts[2 * p + i] // size for i in range(p)])
-        every = self.comm.allgather(mine)
-        for i in range(p):
-            for j in range(p):
-                if every[i][0][j] != every[j][1][i]:
-                    raise Disagreement(f"{c.method}: rank {i} sends {every[i][0][j]} elements to rank {j}, which "
-                                       f"receives {every[j][1][i]} from rank {i}: the counts differ across ranks")
+        """Raise the same Disagreement on every rank, naming a message whose counts differ at
+        its two ends, after the digests of an Alltoallv's or a neighbourhood collective's counts
+        did not sum to 0 (every rank saw that sum, so every rank is here).  The counts are
+        gathered to say which: only a mistaken call pays for that."""
+        cdef Py_ssize_t i, b = c.nblocks, size = c.recv.size
+        cdef Py_ssize_t *cnt = c.counts
+        if c.hood is None:
+            sent = {(i, 0): cnt[i] // size for i in range(self.size)}
+            received = {(i, 0): cnt[2 * b + i] // size for i in range(self.size)}
+        else:
+            sent = {(peer, k): cnt[block] // size for peer, block, k in c.hood.sends}
+            received = {(peer, k): cnt[2 * b + block] // size for peer, block, k in c.hood.recvs}
+        every = self.comm.allgather((sent, received))
+        for i, (out, _) in enumerate(every):
+            for (j, k), n in sorted(out.items()):
+                m = every[j][1].get((i, k))
+                if m != n:
+                    which = f" (message {k + 1} between them)" if k else ""
+                    theirs = "no message" if m is None else f"{m}"
+                    raise Disagreement(f"{c.method}: rank {i} sends {n} elements to rank {j}, which receives {theirs} "
+                                       f"from rank {i}{which}: the counts differ across ranks")
+        for j, (_, into) in enumerate(every):
+            for (i, k) in sorted(into):
+                if (j, k) not in every[i][0]:
+                    raise Disagreement(f"{c.method}: rank {j} receives from rank {i}, which sends it no message: "
+                                       "the neighbourhoods differ across ranks")
         raise Disagreement(f"{c.method}: the counts' digests differ across ranks, but the counts match")
 
     def agree_fields(self, collective, algorithm, tuple keys, values, bint error=False):
@@ -1000,7 +1033,8 @@ cdef class Engine:
             self.fingerprint(coll, self.native_index[coll], 0)
             self.exchange(_NAMES[coll], "argument check")
             self.judge(_NAMES[coll], (), False)
-        getattr(self.comm, c.method)(*c.args)
+        # A neighbourhood collective is a method of the topology's mpi4py class, not Intracomm's.
+        getattr(typed(self.comm) if c.hood is not None else self.comm, c.method)(*c.args)
         if self.ring != NULL:
             put(self.ring, self.t_call, monotonic(), CALL, coll, self.native_index[coll], 0, 0, -1)
 

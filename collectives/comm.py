@@ -263,7 +263,47 @@ class Comm(_comm.Methods):
         return transport.wait(requests)
 
 
-class Cartcomm(Comm, MPI.Cartcomm):
+class _Neighbourhood:
+    """mpi4py's neighbourhood collectives of a topology communicator, on the engine
+    (collectives.neighbors says how the blocks meet their neighbours); Neighbor_alltoallw
+    stays MPI's own."""
+
+    __slots__ = ()
+
+    def Neighbor_allgather(self, sendbuf, recvbuf, algorithm=None):
+        """Send ``sendbuf`` to every destination; receive block k of ``recvbuf`` from source k."""
+        self._engine.neighbor("Neighbor_allgather", sendbuf, recvbuf, algorithm, False)
+
+    def Neighbor_allgatherv(self, sendbuf, recvbuf, algorithm=None):
+        """Neighbor_allgather with per-source counts: ``recvbuf`` is [buf, (counts, displs), datatype]."""
+        self._engine.neighbor("Neighbor_allgatherv", sendbuf, recvbuf, algorithm, False)
+
+    def Neighbor_alltoall(self, sendbuf, recvbuf, algorithm=None):
+        """Send block k of ``sendbuf`` to destination k; receive block k of ``recvbuf`` from source k."""
+        self._engine.neighbor("Neighbor_alltoall", sendbuf, recvbuf, algorithm, False)
+
+    def Neighbor_alltoallv(self, sendbuf, recvbuf, algorithm=None):
+        """Neighbor_alltoall with per-neighbour counts: [buf, (counts, displs), datatype] each."""
+        self._engine.neighbor("Neighbor_alltoallv", sendbuf, recvbuf, algorithm, False)
+
+    def Ineighbor_allgather(self, sendbuf, recvbuf, algorithm=None):
+        """Nonblocking Neighbor_allgather; returns a Request."""
+        return self._engine.neighbor("Neighbor_allgather", sendbuf, recvbuf, algorithm, True)
+
+    def Ineighbor_allgatherv(self, sendbuf, recvbuf, algorithm=None):
+        """Nonblocking Neighbor_allgatherv; returns a Request."""
+        return self._engine.neighbor("Neighbor_allgatherv", sendbuf, recvbuf, algorithm, True)
+
+    def Ineighbor_alltoall(self, sendbuf, recvbuf, algorithm=None):
+        """Nonblocking Neighbor_alltoall; returns a Request."""
+        return self._engine.neighbor("Neighbor_alltoall", sendbuf, recvbuf, algorithm, True)
+
+    def Ineighbor_alltoallv(self, sendbuf, recvbuf, algorithm=None):
+        """Nonblocking Neighbor_alltoallv; returns a Request."""
+        return self._engine.neighbor("Neighbor_alltoallv", sendbuf, recvbuf, algorithm, True)
+
+
+class Cartcomm(_Neighbourhood, Comm, MPI.Cartcomm):
     """A Cartesian-topology Comm: mpi4py's Cartcomm methods, collectives' collectives."""
 
     _mpi = MPI.Cartcomm
@@ -272,14 +312,14 @@ class Cartcomm(Comm, MPI.Cartcomm):
     Sub = derived(MPI.Cartcomm.Sub, MPI.Cartcomm)
 
 
-class Graphcomm(Comm, MPI.Graphcomm):
+class Graphcomm(_Neighbourhood, Comm, MPI.Graphcomm):
     """A graph-topology Comm: mpi4py's Graphcomm methods, collectives' collectives."""
 
     _mpi = MPI.Graphcomm
     __slots__ = ()
 
 
-class Distgraphcomm(Comm, MPI.Distgraphcomm):
+class Distgraphcomm(_Neighbourhood, Comm, MPI.Distgraphcomm):
     """A distributed-graph-topology Comm: mpi4py's Distgraphcomm methods, collectives' collectives."""
 
     _mpi = MPI.Distgraphcomm

@@ -14,7 +14,7 @@ This module imports nothing, so every module of the package, the configuration i
 may import it.
 """
 COLLECTIVES = ("allreduce", "bcast", "reduce", "allgather", "reduce_scatter", "gather", "scatter", "barrier", "scan",
-               "exscan", "alltoall")
+               "exscan", "alltoall", "neighbor_allgather", "neighbor_alltoall")
 INDEX = {name: i for i, name in enumerate(COLLECTIVES)}
 # What the agreement also compares, beyond the collectives: the compressed all-reduce
 # (collectives.compression), whose fields name its compressor, and the exchange in which

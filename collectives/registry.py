@@ -197,6 +197,12 @@ ALGORITHMS = {
         Algorithm("alltoall_scattered", reads_in=True),
         Algorithm("alltoall_bruck", _uniform, _EQUAL + " (use Alltoall, not Alltoallv)", reads_in=True),
     ],
+    "neighbor_allgather": [
+        Algorithm("neighbor_allgather_linear", reads_in=True),
+    ],
+    "neighbor_alltoall": [
+        Algorithm("neighbor_alltoall_linear", reads_in=True),
+    ],
 }
 
 # Node-aware algorithms: for a communicator spanning more than one node with more than one
@@ -225,6 +231,8 @@ SHM = {
     "scan": [],
     "exscan": [],
     "alltoall": [],
+    "neighbor_allgather": [],
+    "neighbor_alltoall": [],
 }
 # The checked exchange carrying the payload (collectives.exchange), one per collective that
 # has one: a prefix reduction gives every rank a different result, which the exchange's

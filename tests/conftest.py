@@ -181,7 +181,7 @@ def mpi_comm(request):
 # the check itself (cross-rank mismatches, errors other ranks must see) keep it on.
 BOTH_CONFIGURATIONS = {"test_allreduce", "test_bcast", "test_reduce", "test_allgather",
                        "test_reduce_scatter", "test_gather_scatter", "test_scan", "test_alltoall",
-                       "test_alltoallv", "test_fast_path", "test_split", "test_shm"}
+                       "test_alltoallv", "test_neighbor", "test_fast_path", "test_split", "test_shm"}
 CHECK_TESTS = ("mismatch", "bad_arguments")
 
 

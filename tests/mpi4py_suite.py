@@ -5,8 +5,8 @@ Usage: ``mpiexec -n N python tests/mpi4py_suite.py MPI4PY_TEST_DIR`` where the d
 it into the virtualenv; nothing of it is copied into this repository).
 
 Their test classes are mixins reading the communicator from ``self.COMM``; here each of
-``BaseTestCCOBuf``, ``BaseTestCCOBufInplace`` (blocking and nonblocking) and
-``BaseTestCCOObj`` runs over ``collectives.Comm`` of COMM_WORLD, of a duplicate of it and of
+``MODULES``' classes (buffers, in place, v-forms, blocking and nonblocking, objects and the
+neighbourhood collectives on the topologies made from the communicator) runs over ``collectives.Comm`` of COMM_WORLD, of a duplicate of it and of
 COMM_SELF.  Their buffer tests loop over every array backend ``arrayimpl.py`` registers
 (array, NumPy, DLPack, fake GPU, ...); the buffer classes run once per backend, with
 ``arrayimpl.ArrayBackends`` cut down to that one, so the counts are reported per backend.
@@ -49,6 +49,10 @@ MODULES = {
     "test_cco_obj": ("BaseTestCCOObj",),
     "test_cco_vec": ("BaseTestCCOVec", "BaseTestCCOVecInplace"),
     "test_cco_nb_vec": ("BaseTestCCOVec", "BaseTestCCOVecInplace"),
+    # Their topologies are made from the Comm, so they are our Cartcomm, Graphcomm and
+    # Distgraphcomm and their neighbourhood collectives ours (the lower-case ones stay MPI's).
+    "test_cco_ngh_buf": ("BaseTestCCONghBuf",),
+    "test_cco_ngh_obj": ("BaseTestCCONghObj",),
 }
 
 
@@ -135,7 +139,7 @@ def main():
     logger.propagate = False
     for name in args.module or MODULES:
         module = importlib.import_module(name)
-        for backend in backends if name != "test_cco_obj" else [None]:
+        for backend in backends if not name.endswith("_obj") else [None]:
             if backend is not None:
                 arrayimpl.ArrayBackends[:] = [backend]
             label = "objects" if backend is None else f"{backend.__name__} ({backend.backend})"

@@ -46,6 +46,8 @@ HEADERS = {
     "alltoall_scattered": ("ceil((p-1)/w) alpha + ((p-1)/p) n beta, w = WINDOW",
                            lambda p, n: math.ceil((p - 1) / WINDOW) * A + (p - 1) / p * n * B),
     "alltoall_bruck": ("ceil(lg p) (alpha + (n/2) beta)", lambda p, n: math.ceil(math.log2(p)) * (A + n / 2 * B)),
+    "neighbor_allgather_linear": ("alpha + n beta", lambda p, n: A + n * B),
+    "neighbor_alltoall_linear": ("alpha + n beta", lambda p, n: A + n * B),
     "reduce_scatter_pairwise": ("(p-1) alpha + ((p-1)/p) n beta + ((p-1)/p) n gamma",
                                 lambda p, n: (p - 1) * A + ((p - 1) / p) * n * B + ((p - 1) / p) * n * G),
     "gather_binomial": ("ceil(lg p) alpha + ((p-1)/p) n beta", lambda p, n: math.ceil(math.log2(p)) * A
@@ -131,6 +133,8 @@ SENT = {
     "alltoall_pairwise": _every(lambda p, n: (p - 1) / p * n),
     "alltoall_scattered": _every(lambda p, n: (p - 1) / p * n),
     "alltoall_bruck": _fold(lambda p, n: math.log2(p) * n / 2, lambda p, n: _lg(p) * n / 2, exact=False),
+    "neighbor_allgather_linear": _every(lambda p, n: n),
+    "neighbor_alltoall_linear": _every(lambda p, n: n),
 }
 
 
@@ -139,7 +143,10 @@ def _builder_args(collective, n, p):
     counts, _ = blocks(n, p)
     return {"allreduce": (n,), "bcast": (n, 0), "reduce": (n, 0), "allgather": (counts,),
             "reduce_scatter": (counts,), "gather": (counts, 0), "scatter": (counts, 0), "barrier": (),
-            "scan": (n, True), "exscan": (n, True), "alltoall": (_blocks(n // p, p),) * 2}[collective]
+            "scan": (n, True), "exscan": (n, True), "alltoall": (_blocks(n // p, p),) * 2,
+            # Two neighbours each way, half the bytes to each.
+            "neighbor_allgather": (((0, 0, n // 2), (p - 1, 0, n // 2)),) * 2,
+            "neighbor_alltoall": (((0, 0, n // 2), (p - 1, n // 2, n // 2)),) * 2}[collective]
 
 
 def _blocks(each, p):

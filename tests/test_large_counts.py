@@ -38,7 +38,9 @@ def _args(collective, p, n):
     return {"allreduce": (n,), "bcast": (n, p - 1), "reduce": (n, p // 2),
             "allgather": (counts,), "reduce_scatter": (counts,), "gather": (counts, p - 1),
             "scatter": (counts, p // 2), "barrier": (), "scan": (n, True), "exscan": (n, False),
-            "alltoall": (tuple((i * n, n) for i in range(p)),) * 2}[collective]
+            "alltoall": (tuple((i * n, n) for i in range(p)),) * 2,
+            "neighbor_allgather": (((0, 0, n), (p - 1, 0, n)), ((0, 0, n), (p - 1, n, n))),
+            "neighbor_alltoall": (((0, 0, n), (p - 1, n, n)),) * 2}[collective]
 
 
 def _build(name, p, args, limit):

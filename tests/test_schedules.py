@@ -307,6 +307,73 @@ def test_alltoall_schedule(algorithm, eager):
                 assert out[r] == want[r], f"p={p} counts={counts}: rank {r}"
 
 
+def _multigraphs(p):
+    """Per rank, (destinations, sources) lists of directed multigraphs on p ranks: every
+    destination once, a self edge, edges repeated, a rank with none; the sources listed in a
+    shuffled order, an edge's k-th repeat at its k-th place among its sender's."""
+    rng = np.random.default_rng(p)
+    graphs = [[[(r + 1) % p] for r in range(p)],
+              [[r, (r + 1) % p, (r + 1) % p, (r + 2) % p] if r else [] for r in range(p)],
+              [rng.integers(0, p, rng.integers(0, 4)).tolist() for _ in range(p)]]
+    out = []
+    for dests in graphs:
+        sources = [[] for _ in range(p)]
+        for i in rng.permutation(p).tolist():
+            for j in dests[i]:
+                sources[j].append(i)
+        out.append([(dests[r], sources[r]) for r in range(p)])
+    return out
+
+
+def _check_neighbor(algorithm, eager, allgather):
+    """Rank j's receive block from its k-th edge from i ends holding i's send block of its
+    k-th edge to j (Neighbor_allgather: i's one block); IN is never written."""
+    for p in range(1, 9):
+        for graph in _multigraphs(p):
+            # Edge (i, j, k): elements i sends on its k-th edge to j (its one block's for allgather).
+            def edges(r, out):
+                seen, result = {}, []
+                for peer in graph[r][0 if out else 1]:
+                    k = seen[peer] = seen.get(peer, -1) + 1
+                    result.append((r, peer, k) if out else (peer, r, k))
+                return result
+
+            def size(e):
+                return 1 + e[0] % 2 if allgather else (e[0] + 2 * e[1] + e[2]) % 3
+
+            def block(e):
+                return [f"x{e[0]}.{t}" if allgather else f"x{e[0]}>{e[1]}#{e[2]}.{t}" for t in range(size(e))]
+
+            sends = [[None] if allgather else edges(r, True) for r in range(p)]
+            data = [block((r, None, None)) if allgather else sum((block(e) for e in sends[r]), [])
+                    for r in range(p)]
+            want = [sum((block(e) for e in edges(r, False)), []) for r in range(p)]
+
+            def args(r):
+                send_at = displacements([size(e) for e in edges(r, True)]) if not allgather else None
+                out = tuple((e[1], 0 if allgather else send_at[i], size((r, None, None)) if allgather else size(e))
+                            for i, e in enumerate(edges(r, True)))
+                recv = edges(r, False)
+                return out, tuple((e[0], at, size(e)) for e, at in zip(recv, displacements([size(e) for e in recv])))
+            m = Machine(algorithm.build, p, args, lambda r: ([None] * len(want[r]), list(data[r])), eager)
+            out = m.run()
+            assert [b[IN] for b in m.bufs] == data, f"p={p} graph={graph}: IN written"
+            for r in range(p):
+                assert out[r] == want[r], f"p={p} graph={graph}: rank {r}"
+
+
+@MODELS
+@pytest.mark.parametrize("algorithm", ALGORITHMS["neighbor_allgather"], ids=lambda a: a.name)
+def test_neighbor_allgather_schedule(algorithm, eager):
+    _check_neighbor(algorithm, eager, True)
+
+
+@MODELS
+@pytest.mark.parametrize("algorithm", ALGORITHMS["neighbor_alltoall"], ids=lambda a: a.name)
+def test_neighbor_alltoall_schedule(algorithm, eager):
+    _check_neighbor(algorithm, eager, False)
+
+
 @MODELS
 @pytest.mark.parametrize("algorithm", ALGORITHMS["allgather"], ids=lambda a: a.name)
 def test_allgather_schedule(algorithm, eager):

@@ -27,5 +27,9 @@ A builder appends one rank's steps to a ``collectives.schedule.Schedule``; see t
   for rank j; ACC gets the block from rank j at ``recvs[j]``.  IN is never ACC's memory: in
   place, the executors stage the input first.
 
+* neighbor_allgather(s, sends, recvs) and neighbor_alltoall(s, sends, recvs): IN holds the
+  blocks to send, ``sends`` the (destination, offset, count) of each in message order; ACC
+  gets ``recvs``' (source, offset, count) blocks.  MPI.PROC_NULL neighbours are left out.
+
 Counts of the non-reducing collectives are in bytes.  TMP is scratch of any size needed.
 """
