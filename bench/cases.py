@@ -4,7 +4,8 @@ compressed all-reduces).
 
 Inputs are small integers (multiples of 2**-10 below 2 in magnitude for floats), so every
 summation order gives the same result exactly, and a case's ``check`` counts the elements that
-differ from it.  The timing of the calls is in harness.py.
+differ from it.  The timing of the calls is in harness.py, and of their nonblocking forms
+(``Case.started``) in nonblocking.py.
 """
 import functools
 import importlib.util
@@ -137,6 +138,13 @@ class Case:
         """A call of no arguments with the method and every keyword looked up and merged once,
         so contenders with and without ``algorithm=`` pay the same per call."""
         method, args, kwargs = getattr(comm, self.method), self.args, {**self.kwargs, **kw}
+        return lambda: method(*args, **kwargs)
+
+    def started(self, comm, **kw):
+        """``bound``'s nonblocking form: a call of no arguments that starts the collective with
+        mpi4py's ``I`` method of the same name (``Iallreduce`` for ``Allreduce``; ours has the
+        same) and returns its request."""
+        method, args, kwargs = getattr(comm, "I" + self.method.lower()), self.args, {**self.kwargs, **kw}
         return lambda: method(*args, **kwargs)
 
     def check(self, call):

@@ -2,6 +2,7 @@
 
     mpiexec -n 4 collectives-bench allreduce bcast -m 8:64M -i 1000 -x 200 --format osu
     mpiexec -n 2 collectives-bench latency bw bibw -b 1 -e 4M -f 2
+    mpiexec -n 2 collectives-bench iallreduce ibcast -b 8 -e 1M       # OSU's overlap of nonblocking calls
     collectives-bench -np 2 allreduce                          # starts the 2 ranks itself (mpiexec -n 2)
     collectives-bench --launches 5 -np 2 allreduce --quick    # median and spread over 5 launches
     collectives-bench --mpich-algorithms -np 2 allreduce       # best of ours against best of MPICH
@@ -17,7 +18,8 @@ Sizes: ``-m MIN:MAX`` (OSU) or ``-b MIN -e MAX -f FACTOR`` (nccl-tests), units K
 Iterations: ``-i/-n`` timed calls and ``-x/-w`` warm-up calls per contender and size; by default
 OSU's: 1000 after 200 warm-up below 8 KiB and 100 after 10 from 8 KiB for collectives, 10000 /
 1000 (warm-up 100 / 10) for latency and exchange, 100 / 20 windows of 64 messages (warm-up 10 / 2) for bw and
-bibw.  ``--budget`` seconds per size may end the timed loop earlier; the rows say how many ran.
+bibw; nonblocking tests (``iallreduce``, ...) the collectives' counts in each of their two phases.
+``--budget`` seconds per size may end the timed loop earlier; the rows say how many ran.
 """
 import argparse
 import importlib
@@ -25,7 +27,12 @@ import json
 import os
 import sys
 
-from .common import COLLECTIVE_TESTS, P2P_TESTS, RESULTS, parse_bytes, parse_range
+from .common import COLLECTIVE_TESTS, NONBLOCKING_TESTS, P2P_TESTS, RESULTS, blocking, parse_bytes, parse_range
+
+TESTS = COLLECTIVE_TESTS + NONBLOCKING_TESTS + P2P_TESTS
+# Names that stand for a group of tests: ``all`` is the blocking collectives.
+GROUPS = {"all": COLLECTIVE_TESTS, "nonblocking": NONBLOCKING_TESTS, "p2p": P2P_TESTS}
+
 
 def parser():
     """The argument parser of the measuring command."""
@@ -33,7 +40,7 @@ def parser():
                                  epilog="\n\n".join(__doc__.split("\n\n")[1:]),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("tests", nargs="*", metavar="TEST", default=["allreduce"],
-                    help=f"one or more of {', '.join(COLLECTIVE_TESTS + P2P_TESTS)}, all, p2p (default allreduce)")
+                    help=f"one or more of {', '.join(TESTS)}, {', '.join(GROUPS)} (default allreduce)")
     ap.add_argument("--collective", dest="tests_opt", nargs="+", help=argparse.SUPPRESS)
     size = ap.add_argument_group("sizes")
     size.add_argument("-m", "--message-size", type=parse_range, metavar="[MIN:]MAX", help="OSU style size range")
@@ -48,7 +55,8 @@ def parser():
                      help="all (default), auto, native or algorithm names; native, default and auto always run")
     run.add_argument("-d", "--datatype", default="float32", choices=["float32", "float64", "int32", "int64"])
     run.add_argument("-o", "--op", default="sum", choices=["sum", "max", "min"])
-    run.add_argument("-r", "--root", type=int, default=0, help="root of bcast, reduce, gather, scatter")
+    run.add_argument("-r", "--root", type=int, default=0,
+                     help="root of bcast, reduce, gather, scatter and their nonblocking forms")
     run.add_argument("--in-place", action="store_true", help="also measure in place (nccl-tests' second half)")
     run.add_argument("--compress", nargs="+", default=[], metavar="NAME",
                      help="allreduce: also time compression.allreduce through these compressors (rows "
@@ -58,7 +66,8 @@ def parser():
     run.add_argument("--quick", action="store_true", help="smoke run: 8 B .. 64 KiB, factor 64, tiny budget")
     out = ap.add_argument_group("output")
     out.add_argument("--format", default="auto", choices=["auto", "nccl", "osu", "table"],
-                     help="auto: nccl-tests for collectives, OSU for point-to-point")
+                     help="auto: nccl-tests for collectives, OSU for point-to-point and nonblocking tests "
+                          "(which have no nccl-tests format)")
     out.add_argument("--json", metavar="PATH", help="write the results as JSON here")
     out.add_argument("--csv", metavar="PATH", help="write the results as CSV here")
     out.add_argument("--results", metavar="DIR",
@@ -84,24 +93,25 @@ def parser():
 
 
 def tests_of(names, ap):
-    """Expand ``all`` and ``p2p``; error on unknown test names."""
+    """Expand ``all``, ``nonblocking`` and ``p2p``; error on unknown test names."""
     out = []
     for name in names:
-        group = {"all": COLLECTIVE_TESTS, "p2p": P2P_TESTS}.get(name, (name,))
-        for test in group:
-            if test not in COLLECTIVE_TESTS + P2P_TESTS:
-                ap.error(f"unknown test {test!r}; choose from {', '.join(COLLECTIVE_TESTS + P2P_TESTS)}, all, p2p")
+        for test in GROUPS.get(name, (name,)):
+            if test not in TESTS:
+                ap.error(f"unknown test {test!r}; choose from {', '.join(TESTS)}, {', '.join(GROUPS)}")
             out.append(test)
     return list(dict.fromkeys(out))
 
 
 def known_algorithm(name, tests):
-    """Whether ``name`` is all/auto/native/default or an algorithm of one of ``tests``."""
+    """Whether ``name`` is all/auto/native/default or an algorithm of one of ``tests`` (of its
+    collective, for a nonblocking test)."""
     from collectives.registry import ALGORITHMS, SHM
 
+    measured = [blocking(test) for test in tests]
     return name in ("all", "auto", "native", "default") or any(
-        algo.name in (name, f"{test}_{name}") for test in tests
-        for algo in ALGORITHMS.get(test, []) + SHM.get(test, []))
+        algo.name in (name, f"{coll}_{name}") for coll in measured
+        for algo in ALGORITHMS.get(coll, []) + SHM.get(coll, []))
 
 
 def size_range(args):
@@ -175,7 +185,7 @@ def measure(args):
 
     from collectives.comm import NATIVE
 
-    from . import cases, harness, p2p, report
+    from . import cases, harness, nonblocking, p2p, report
     from .common import environment, sizes, table, write_json
 
     comm = MPI.COMM_WORLD
@@ -190,22 +200,32 @@ def measure(args):
                    progress=_progress if rank0 and not args.quiet else None)
     hosts = " ".join(sorted(set(comm.allgather(MPI.Get_processor_name()))))
     results = []
+    places = ("out", "in") if args.in_place else ("out",)
     for test in args.tests:
-        head = harness.header(comm, test, args.datatype if test in COLLECTIVE_TESTS else "uint8")
+        overlap = test in NONBLOCKING_TESTS
         if test in P2P_TESTS:
+            head = harness.header(comm, test, "uint8")
             result = p2p.sweep(comm, test, size_list, **options)
+        elif overlap:
+            head = nonblocking.header(comm, test, args.datatype)
+            result = nonblocking.sweep(comm, test, size_list, algorithms=args.algorithm, dtype=args.datatype,
+                                       op=args.op, root=args.root, places=places, **options)
         else:
+            head = harness.header(comm, test, args.datatype)
             result = harness.sweep(comm, test, size_list, algorithms=args.algorithm, dtype=args.datatype, op=args.op,
-                                 root=args.root, places=("out", "in") if args.in_place else ("out",),
-                                 compress=args.compress, **options)
+                                   root=args.root, places=places, compress=args.compress, **options)
         result["hosts"] = hosts
         result["thread_level"] = harness.THREAD_LEVELS.get(MPI.Query_thread(), "?")
         results.append(result)
         if not rank0:
             continue
-        fmt = args.format if args.format != "auto" else ("osu" if test in P2P_TESTS else "nccl")
-        lines = head + ({"osu": report.osu, "nccl": report.nccl}[fmt](result) if fmt != "table"
-                        else table(harness.COLUMNS, result["rows"]))
+        fmt = args.format if args.format != "auto" else ("nccl" if test in COLLECTIVE_TESTS else "osu")
+        lines = list(head)
+        if overlap and fmt == "nccl":
+            lines.append("# nccl-tests has no nonblocking tests: OSU's format")
+            fmt = "osu"
+        lines += ({"osu": report.osu, "nccl": report.nccl}[fmt](result) if fmt != "table"
+                  else table(nonblocking.COLUMNS if overlap else harness.COLUMNS, result["rows"]))
         packed = [row for row in result["rows"] if row["algorithm"].startswith(cases.COMPRESS_PREFIX)]
         if packed:
             lines.append("# compressed all-reduces: median per call over the timed calls, the most of any rank; "
@@ -213,7 +233,12 @@ def measure(args):
             lines += ["# " + line.lstrip("#") for line in table(harness.COMPRESSED, packed)]
         for s in result["skipped"]:
             lines.append(f"# not measured: {s['algorithm']} at {s['size']} B: {s['reason']}")
-        if result["summary"]:
+        if result["summary"] and overlap:
+            lines.append(f"# summary, {test} np={comm.size}: overall time and overlap per size, native's beside "
+                         f"default's, auto's and the named algorithm's of least overall time (best); default, auto, "
+                         f"speedup = {result['native']} overall / theirs")
+            lines += ["# " + line.lstrip("#") for line in table(nonblocking.SUMMARY, result["summary"])]
+        elif result["summary"]:
             lines.append(f"# summary, {test} np={comm.size}: best correct named algorithm per size; speedup = "
                          f"{result['native']} p50 / best p50; default, auto: {result['native']} p50 / theirs")
             lines += ["# " + line.lstrip("#") for line in table(harness.SUMMARY, result["summary"])]

@@ -19,12 +19,20 @@ import numpy as np
 RESULTS = os.path.join("bench", "results")
 COLLECTIVE_TESTS = ("allreduce", "bcast", "reduce", "allgather", "reduce_scatter", "alltoall", "gather",
                     "scatter", "barrier", "scan")
+# The nonblocking form of each, named as OSU names its tests (osu_iallreduce, ...): mpi4py's
+# ``I`` method of the same collective, timed for overlap with computation (nonblocking.py).
+NONBLOCKING_TESTS = tuple("i" + test for test in COLLECTIVE_TESTS)
 P2P_TESTS = ("latency", "bw", "bibw", "exchange")
 
 # Environment variables that change what a benchmark measures; recorded with every result.
 ENV_KEYS = ("MPIR_CVAR_DEVICE_COLLECTIVES", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
             "MPI4PY_RC_THREAD_LEVEL", "COLLECTIVES_PUREPYTHON", "OPENBLAS_NUM_THREADS",
             "OMP_NUM_THREADS")
+
+
+def blocking(test):
+    """The collective a test measures: ``allreduce`` for ``iallreduce``; any other test itself."""
+    return test[1:] if test in NONBLOCKING_TESTS else test
 
 
 def sizes(lo, hi, factor):

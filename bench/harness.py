@@ -28,8 +28,8 @@ mmap threshold; ``make bench`` therefore runs every launch twice, the second tim
 MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ raised, and that launch's native row is
 labelled ``native[no-mmap]``.  Results go to bench/results/<collective>_np<p>_<malloc>.json.
 The measuring is here (``sweep``, ``measure``); the cases in cases.py; the options, output
-formats, point-to-point tests and the modes that launch jobs in cli.py, report.py, p2p.py and
-launches.py.
+formats, point-to-point tests, nonblocking tests and the modes that launch jobs in cli.py,
+report.py, p2p.py, nonblocking.py and launches.py.
 """
 import glob
 import json
@@ -43,7 +43,7 @@ from collectives.comm import NATIVE
 
 from .cases import (AUTO, COMPRESS_PREFIX, DEFAULT, MALLOC, NATIVE_LABEL, NO_IN_PLACE, NO_MMAP, REDUCING, ROOTED,
                     SPEC, TYPE_NAMES, Case, Compressed, contenders, counts_for)
-from .common import RESULTS, environment, human, stats, table
+from .common import NONBLOCKING_TESTS, RESULTS, environment, human, stats, table
 
 THREAD_LEVELS = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
                  MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
@@ -230,12 +230,13 @@ def sweep(comm, collective, size_list, *, algorithms=("all",), dtype="float32", 
             "binding": binding(comm), "rows": rows, "skipped": skipped, "summary": summary}
 
 
-def add_ratios(block, native_name):
-    """Set ``native/ours`` (native p50 / row p50) on every timed row of one size's ``block``."""
+def add_ratios(block, native_name, key="p50(us)"):
+    """Set ``native/ours`` (native's time / the row's, ``key`` the time: the p50 by default) on
+    every timed row of one size's ``block``."""
     for row in block:
         native = next(n for n in block if n["algorithm"] == native_name and n["place"] == row["place"])
-        if row["p50(us)"] is not None and native["p50(us)"] is not None:
-            row["native/ours"] = native["p50(us)"] / row["p50(us)"]
+        if row[key] is not None and native[key] is not None:
+            row["native/ours"] = native[key] / row[key]
 
 
 def _summary(block, place):
@@ -255,8 +256,11 @@ def _summary(block, place):
              "auto": by_name.get(AUTO, {}).get("native/ours", float("nan"))}]
 
 
-def header(comm, collective, dtype="float32", bound=None):
-    """Comment lines saying what was measured, how, and under which settings."""
+def header(comm, collective, dtype="float32", bound=None, method=None, path=None, timing=None):
+    """Comment lines saying what was measured, how, and under which settings.  ``method`` (the
+    native call), ``path`` (what native MPI runs for it) and ``timing`` (lines on how a call is
+    timed and what the ratio compares) replace a blocking collective's, for a test timed
+    otherwise (nonblocking.py)."""
     p = comm.size
     hosts = " ".join(sorted(set(comm.allgather(MPI.Get_processor_name()))))
     bound = bound or binding(comm)
@@ -265,8 +269,20 @@ def header(comm, collective, dtype="float32", bound=None):
     env = environment()
     cores = env["cores"]
     device = os.environ.get("MPIR_CVAR_DEVICE_COLLECTIVES")
-    method = SPEC[collective][0] if collective in SPEC else "Send/Recv"
+    method = method or (SPEC[collective][0] if collective in SPEC else "Send/Recv")
     factor = {"allreduce": "2(p-1)/p", "bcast": "1", "reduce": "1", "barrier": "0"}
+    if path is None and env["mpi_library"].startswith("MPICH"):
+        path = ("MPICH's collectives on point-to-point messages (at MPI_THREAD_MULTIPLE)"
+                if MPI.Query_thread() == MPI.THREAD_MULTIPLE else
+                "MPICH's shared-memory collectives (below MPI_THREAD_MULTIPLE, on one node, device collectives on)"
+                if device != "none" else "MPICH's collectives on point-to-point messages (device collectives off)")
+    path = path or env["mpi_library"].split(",")[0]
+    timing = timing or [
+        "# time: a sample is `batch` calls back to back after a Barrier, divided by batch, slowest rank;",
+        "#   min/p50/p99/max over samples; iters = calls timed (OSU's counts unless -i, cut short by the",
+        "#   time budget per size); contenders interleaved per repetition, in a random order",
+        "# native/ours = native p50 / ours p50: > 1.00 means ours is faster",
+        f"# algbw = size / p50 time; busbw = algbw x {factor.get(collective, '(p-1)/p')} (nccl-tests)"]
     return [
         f"# collectives benchmark: {collective}, {dtype}, np={p} on {cores} cores, {env['date_utc']}",
         f"# {env['mpi_library']}; mpi4py {env['mpi4py']}, thread level "
@@ -279,22 +295,13 @@ def header(comm, collective, dtype="float32", bound=None):
         + ("MALLOC_MMAP_THRESHOLD_=%s MALLOC_TRIM_THRESHOLD_=%s (no fresh mappings per call)"
            % (os.environ.get("MALLOC_MMAP_THRESHOLD_"), os.environ.get("MALLOC_TRIM_THRESHOLD_"))
            if NO_MMAP else "glibc defaults (large temporaries are fresh mappings)"),
-        "# native's path: " + (("MPICH's collectives on point-to-point messages (at MPI_THREAD_MULTIPLE)"
-                                if MPI.Query_thread() == MPI.THREAD_MULTIPLE else
-                                "MPICH's shared-memory collectives (below MPI_THREAD_MULTIPLE, on one node, "
-                                "device collectives on)" if device != "none" else
-                                "MPICH's collectives on point-to-point messages (device collectives off)")
-                               if env["mpi_library"].startswith("MPICH") else env["mpi_library"].split(",")[0]),
+        f"# native's path: {path}",
         f"# MPIR_CVAR_DEVICE_COLLECTIVES={device or '<unset: MPICH default>'} "
         f"(np={p} {'>' if p > cores else '<='} {cores} cores).  make bench gives native MPICH's defaults,",
         "#   device collectives included, while the ranks fit on the cores, and sets none when oversubscribed,",
         "#   as make test does: MPICH's shared-memory collectives spin on flags and collapse when ranks share",
         "#   a core (below MPI_THREAD_MULTIPLE; at multiple we measured no difference).  Ours is point-to-point.",
-        "# time: a sample is `batch` calls back to back after a Barrier, divided by batch, slowest rank;",
-        "#   min/p50/p99/max over samples; iters = calls timed (OSU's counts unless -i, cut short by the",
-        "#   time budget per size); contenders interleaved per repetition, in a random order",
-        "# native/ours = native p50 / ours p50: > 1.00 means ours is faster",
-        f"# algbw = size / p50 time; busbw = algbw x {factor.get(collective, '(p-1)/p')} (nccl-tests)",
+        *timing,
         "# #wrong: elements differing from the exact result, over all ranks (native checked too);",
         "#   a row with #wrong > 0 is not timed and has no speed",
     ]
@@ -302,7 +309,8 @@ def header(comm, collective, dtype="float32", bound=None):
 
 def summarize(collective, suffix, directory=RESULTS):
     """Lines comparing, per np and size, native with the default row, the auto row and the best
-    named algorithm, in both malloc settings (ratios native / ours)."""
+    named algorithm, in both malloc settings (ratios native / ours: of the p50 times, of the
+    overall times for a nonblocking test)."""
     runs = {}
     for path in sorted(glob.glob(os.path.join(directory, f"{collective}_np*_*{suffix}.json"))):
         with open(path) as f:
@@ -312,7 +320,8 @@ def summarize(collective, suffix, directory=RESULTS):
     lines = []
     for p, by_malloc in sorted(runs.items()):
         dates = ", ".join(f"{m} {d['env']['date_utc']}" for m, d in sorted(by_malloc.items()))
-        lines += [f"# {collective} np={p}: native median / ours, per malloc setting ({dates})",
+        stat = "overall" if collective in NONBLOCKING_TESTS else "median"
+        lines += [f"# {collective} np={p}: native {stat} / ours, per malloc setting ({dates})",
                   f"#{'size':>10}" + "".join(f" {'default':>8} {'auto':>6} {'best (' + m + ')':>34} {'x':>5}"
                                              for m in ("glibc", "no-mmap"))]
         cells = {}

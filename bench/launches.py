@@ -1,13 +1,14 @@
 """Modes of ``collectives-bench`` that launch MPI jobs themselves (run them without mpiexec).
 
 * ``--launches N``: the same sweep in N separate launches; per size and contender, the median
-  and the spread (min, max) of native p50 / ours p50 over the launches.  Each ratio is taken
-  within one launch, where native and ours ran interleaved.
+  and the spread (min, max) of native p50 / ours p50 over the launches (of the overall times,
+  and then of the overlap, for a nonblocking test).  Each ratio is taken within one launch,
+  where native and ours ran interleaved.
 * ``--mpich-algorithms``: one launch per MPICH algorithm choice of the collective
   (``MPIR_CVAR_<COLL>_INTRA_ALGORITHM``, with MPIR_CVAR_DEVICE_COLLECTIVES=none so the choice
   is what runs, and MPIR_CVAR_COLLECTIVE_FALLBACK=error so a choice that does not apply fails
   instead of silently measuring another), plus MPICH's own default (``auto``); per size, the
-  best of MPICH against the best of ours.
+  best of MPICH against the best of ours.  Blocking collectives only.
 * ``--wait-fast SECONDS`` (both modes, and ``collectives-bench tune``): before each launch, run
   the state probe (state.py, of the machine's slow state) until it reads the fast state, for
   at most SECONDS; a launch that starts in the slow state anyway says so on stderr and in the
@@ -23,7 +24,7 @@ import sys
 import tempfile
 import time
 
-from .common import P2P_TESTS, RESULTS, write_json
+from .common import NONBLOCKING_TESTS, P2P_TESTS, RESULTS, write_json
 
 # MPICH 5.0.2's choices, from `mpivars` (MPIR_CVAR_<COLL>_INTRA_ALGORITHM); the CVAR per collective.
 MPICH_ALGORITHMS = {
@@ -196,15 +197,22 @@ def _spread(values):
     return statistics.median(values), min(values), max(values)
 
 
+def _time(row):
+    """A row's time: the p50 of a blocking or point-to-point test's, the overall time of a
+    nonblocking test's (nonblocking.py)."""
+    return row["p50(us)"] if "p50(us)" in row else row.get("overall(us)")
+
+
 def auto_vs_best(results):
     """{(size, place): (median, min, max)} over launches of best named p50 / auto p50 within each
-    launch (1.0: auto ran the fastest algorithm; 0.95: auto 5% slower), from one test's records."""
+    launch (1.0: auto ran the fastest algorithm; 0.95: auto 5% slower), from one test's records
+    (overall times for a nonblocking test)."""
     per = {}
     for result in results:
         by_cell = {}
         for row in result["rows"]:
-            if row["p50(us)"] is not None and not row["algorithm"].startswith(("native", "default")):
-                by_cell.setdefault((row["size"], row["place"]), {})[row["algorithm"]] = row["p50(us)"]
+            if _time(row) is not None and not row["algorithm"].startswith(("native", "default")):
+                by_cell.setdefault((row["size"], row["place"]), {})[row["algorithm"]] = _time(row)
         for cell, times in by_cell.items():
             named = [t for name, t in times.items() if name != "auto"]
             if "auto" in times and named:
@@ -221,8 +229,8 @@ def auto_vs_itself(results):
         rows = {(row["size"], row["place"], row["algorithm"]): row for row in result["rows"]}
         for (size, place, name), row in rows.items():
             same = rows.get((size, place, row.get("ran")))
-            if name == "auto" and row["p50(us)"] is not None and same and same["p50(us)"] is not None:
-                per.setdefault((size, place), []).append(same["p50(us)"] / row["p50(us)"])
+            if name == "auto" and _time(row) is not None and same and _time(same) is not None:
+                per.setdefault((size, place), []).append(_time(same) / _time(row))
     return {cell: _spread(got) for cell, got in per.items()}
 
 
@@ -253,22 +261,35 @@ def summarise(args, argv, level, runs):
         lines.append(f"# the state probe before each launch read: {', '.join(states)}")
     for t, result in enumerate(runs[0]):
         test = result["collective"]
-        ratios = {}
+        stat = "overall" if test in NONBLOCKING_TESTS else "p50"
+        ratios, overlaps = {}, {}
         for results in runs:
             for row in results[t]["rows"]:
+                cell = (row["size"], row["algorithm"], row["place"])
                 if row.get("native/ours") is not None:
-                    ratios.setdefault((row["size"], row["algorithm"], row["place"]), []).append(row["native/ours"])
-        lines += [f"# {test} np={args.np}, {args.launches} launches: native p50 / ours p50 within each launch "
+                    ratios.setdefault(cell, []).append(row["native/ours"])
+                if row.get("overlap(%)") is not None:
+                    overlaps.setdefault(cell, []).append(row["overlap(%)"])
+        lines += [f"# {test} np={args.np}, {args.launches} launches: native {stat} / ours {stat} within each launch "
                   "(> 1 means ours is faster); median, min and max over the launches",
                   f"#{'size':>11} {'algorithm':>34} {'place':>5} {'median':>7} {'min':>7} {'max':>7} {'n':>3}"]
-        for (size, name, place), got in ratios.items():
+        for cell, got in ratios.items():
             med, lo, hi = _spread(got)
-            records.append({"collective": test, "np": args.np, "size": size, "algorithm": name, "place": place,
-                            "median": med, "min": lo, "max": hi, "ratios": got})
-            lines.append(f"{size:>12} {name:>34} {place:>5} {med:>7.2f} {lo:>7.2f} {hi:>7.2f} {len(got):>3}")
-        lines += [f"# {test} np={args.np}: best named algorithm p50 / auto p50 within each launch (1 = auto chose "
-                  "the fastest; >= 0.95 is within 5%); median, min and max over the launches; then the same for "
-                  "auto's own choice by name / auto (one call timed twice: how far apart equal calls read)",
+            records.append({"collective": test, "np": args.np, "size": cell[0], "algorithm": cell[1], "place": cell[2],
+                            "median": med, "min": lo, "max": hi, "ratios": got,
+                            **({"overlaps": overlaps[cell]} if cell in overlaps else {})})
+            lines.append(f"{cell[0]:>12} {cell[1]:>34} {cell[2]:>5} {med:>7.2f} {lo:>7.2f} {hi:>7.2f} {len(got):>3}")
+        if overlaps:
+            lines += [f"# {test} np={args.np}: overlap(%) of each launch (nonblocking.py); median, min and max over "
+                      "the launches",
+                      f"#{'size':>11} {'algorithm':>34} {'place':>5} {'median':>7} {'min':>7} {'max':>7} {'n':>3}"]
+            for (size, name, place), got in overlaps.items():
+                med, lo, hi = _spread(got)
+                lines.append(f"{size:>12} {name:>34} {place:>5} {med:>7.1f} {lo:>7.1f} {hi:>7.1f} {len(got):>3}")
+        lines += [f"# {test} np={args.np}: best named algorithm {stat} / auto {stat} within each launch "
+                  "(1 = auto chose the fastest; >= 0.95 is within 5%); median, min and max over the launches; "
+                  "then the same for auto's own choice by name / auto (one call timed twice: how far apart equal "
+                  "calls read)",
                   f"#{'size':>11} {'place':>5} {'median':>7} {'min':>7} {'max':>7} {'itself':>7} {'min':>7} {'max':>7}"]
         mine = [results[t] for results in runs]
         itself = auto_vs_itself(mine)
@@ -287,6 +308,9 @@ def summarise(args, argv, level, runs):
 def mpich_sweep(args, argv):
     """``--mpich-algorithms``: per size, the best MPICH choice against the best of ours."""
     base = child_argv(argv)
+    if set(args.tests) & set(NONBLOCKING_TESTS):
+        raise SystemExit("collectives-bench: --mpich-algorithms chooses among MPICH's blocking collectives; "
+                         "drop the nonblocking tests")
     tests = [t for t in args.tests if t not in P2P_TESTS]
     lines, records, states = [], [], {}
     for test in tests:

@@ -1,18 +1,22 @@
 """``collectives-bench plot FILE...``: PNG per collective and rank count from benchmark JSON.
 
 Three panels against message size: bus bandwidth, p50 latency, and native p50 / ours p50 (the
-ratio to native, > 1 where ours is faster); one line per algorithm, native as the thick black
-reference line.  Reads the files the benchmark writes (bench/results/*.json, or --json output).
+ratio to native, > 1 where ours is faster); for a nonblocking test (nonblocking.py) the overall
+time, the overlap and native overall / ours overall.  One line per algorithm, native as the thick
+black reference line.  Reads the files the benchmark writes (bench/results/*.json, or --json
+output).
 """
 import argparse
 import json
 import os
 import sys
 
-from .common import RESULTS, human
+from .common import NONBLOCKING_TESTS, RESULTS, human
 
 PANELS = (("busbw(GB/s)", "bus bandwidth (GB/s)", "log"), ("p50(us)", "p50 latency (us)", "log"),
           ("native/ours", "native p50 / ours p50", "linear"))
+OVERLAP_PANELS = (("overall(us)", "overall: post + compute + wait (us)", "log"), ("overlap(%)", "overlap (%)", "linear"),
+                  ("native/ours", "native overall / ours overall", "linear"))
 
 
 def results_in(path):
@@ -32,8 +36,10 @@ def plot(result, path):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
+    panels, timing = ((OVERLAP_PANELS, "overall(us)") if result["collective"] in NONBLOCKING_TESTS
+                      else (PANELS, "p50(us)"))
     rows = [row for row in result["rows"] if row["place"] == "out" and row["size"] > 0
-            and row["p50(us)"] is not None]
+            and row[timing] is not None]
     if not rows:
         return False
     names = list(dict.fromkeys(row["algorithm"] for row in rows))
@@ -44,11 +50,12 @@ def plot(result, path):
         style = dict(color="black", linewidth=3, zorder=3) if native else dict(linewidth=1.3, marker=".")
         if name in ("default", "auto"):
             style.update(linestyle="--", linewidth=2)
-        for ax, (key, _, _) in zip(axes, PANELS):
-            points = [(row["size"], row[key]) for row in mine if row.get(key)]
+        for ax, (key, _, scale) in zip(axes, panels):
+            points = [(row["size"], row[key]) for row in mine
+                      if row.get(key) is not None and (row[key] > 0 or scale == "linear")]
             if points:
                 ax.plot(*zip(*points), label=name, **style)
-    for ax, (_, title, scale) in zip(axes, PANELS):
+    for ax, (_, title, scale) in zip(axes, panels):
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: human(int(x)).replace(" ", "")))
         ax.set_yscale(scale)

@@ -4,9 +4,12 @@ Each text format keeps its tool's conventions, so the scripts people already hav
 ours: data lines are whitespace-separated columns, everything else starts with ``#``.  A row
 that failed validation never shows a time: OSU blocks print it as a ``# FAILED`` comment,
 nccl-tests blocks print ``N/A`` for its time and bandwidths beside the ``#wrong`` count.
+Nonblocking tests have OSU's format only (nccl-tests has none).
 """
 import csv
 import io
+
+from .common import NONBLOCKING_TESTS, blocking
 
 OSU_TITLES = {"allreduce": "Allreduce", "bcast": "Broadcast", "reduce": "Reduce", "allgather": "Allgather",
               "reduce_scatter": "Reduce_scatter", "alltoall": "All-to-All Personalized Exchange",
@@ -16,7 +19,9 @@ P2P_TITLES = {"latency": "Latency", "bw": "Bandwidth", "bibw": "Bi-Directional B
 # Per-row fields of the CSV, then the launch's.
 CSV_ROW = ("collective", "np", "size", "count", "type", "redop", "root", "algorithm", "place", "min(us)",
            "p50(us)", "p99(us)", "max(us)", "avg(us)", "iters", "batch", "algbw(GB/s)", "busbw(GB/s)", "MB/s",
-           "#wrong", "native/ours", "wire(B)", "compress(us)", "comm(us)", "decompress(us)", "rel.err", "binding", "hosts", "mpi_library", "date_utc", "git")
+           "#wrong", "native/ours", "overall(us)", "compute(us)", "pure_comm(us)", "overlap(%)", "init(us)",
+           "wait(us)", "comm_iters", "wire(B)", "compress(us)", "comm(us)", "decompress(us)", "rel.err", "binding",
+           "hosts", "mpi_library", "date_utc", "git")
 
 
 def _contenders(result):
@@ -24,7 +29,10 @@ def _contenders(result):
 
 
 def osu(result):
-    """OSU blocks, one per contender and placement, as osu_allreduce -f / osu_latency / osu_bw print."""
+    """OSU blocks, one per contender and placement, as osu_allreduce -f / osu_latency / osu_bw /
+    osu_iallreduce print."""
+    if result["collective"] in NONBLOCKING_TESTS:
+        return osu_overlap(result)
     lines = []
     test = result["collective"]
     for name, place in _contenders(result):
@@ -47,6 +55,31 @@ def osu(result):
             else:
                 lines.append(f"{row['size']:<10}{row['avg(us)']:>18.2f}{row['min(us)']:>18.2f}"
                              f"{row['max(us)']:>18.2f}{row['iters']:>12}{row['p50(us)']:>18.2f}{row['p99(us)']:>18.2f}")
+        lines.append("")
+    return lines
+
+
+def osu_overlap(result):
+    """OSU blocks of a nonblocking test, one per contender and placement: osu_iallreduce's four
+    columns, then the post's and the wait's times (its -f columns Coll. Init and MPI_Wait) and the
+    calls timed with the compute."""
+    lines = []
+    title = "Non-blocking " + OSU_TITLES[blocking(result["collective"])] + " Latency"
+    for name, place in _contenders(result):
+        rows = [row for row in result["rows"] if row["algorithm"] == name and row["place"] == place]
+        lines += [f"# OSU MPI {title} Test (collectives-bench: {name}{', in place' if place == 'in' else ''}, "
+                  f"np={result['np']})",
+                  "# Overall = Coll. Init + Compute + MPI_Wait (no MPI_Test in the compute)",
+                  f"# Datatype: {result['dtype']}.",
+                  f"# {'Size':<8}{'Overall(us)':>18}{'Compute(us)':>18}{'Pure Comm.(us)':>18}{'Overlap(%)':>18}"
+                  f"{'Coll. Init(us)':>18}{'MPI_Wait(us)':>18}{'Iterations':>12}"]
+        for row in rows:
+            if row["overall(us)"] is None:
+                lines.append(f"# FAILED validation: size {row['size']}, {row['#wrong']} wrong elements")
+            else:
+                lines.append(f"{row['size']:<10}{row['overall(us)']:>18.2f}{row['compute(us)']:>18.2f}"
+                             f"{row['pure_comm(us)']:>18.2f}{row['overlap(%)']:>18.2f}{row['init(us)']:>18.2f}"
+                             f"{row['wait(us)']:>18.2f}{row['iters']:>12}")
         lines.append("")
     return lines
 

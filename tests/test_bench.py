@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import collectives
-from bench import cases, cli, harness, p2p, report
-from bench.common import P2P_TESTS, sizes
+from bench import cases, cli, harness, nonblocking, p2p, report
+from bench.common import NONBLOCKING_TESTS, P2P_TESTS, blocking, sizes
 
 QUICK = dict(budget=0.0, min_reps=1, sample_s=0.0, iterations=1, warmup=0)
 
@@ -148,6 +148,76 @@ def test_p2p(mpi_comm, test):
         ours.Free()
 
 
+@pytest.mark.parametrize("test", NONBLOCKING_TESTS)
+def test_nonblocking_sweep(mpi_comm, test):
+    # Every contender of the blocking test, through its I-method, checked before and after its
+    # timed calls; OSU's four columns (and the post's and the wait's times) on every row.
+    collective = blocking(test)
+    places = ["out"] if collective in cases.NO_IN_PLACE else ["out", "in"]
+    result = nonblocking.sweep(mpi_comm, test, [64], places=places, validate=True, **QUICK)
+    ours = ([cases.DEFAULT, cases.AUTO] + collectives.names(collective) + collectives.shm_names(collective)
+            if collective in collectives.ALGORITHMS else [])
+    skipped = {s["algorithm"] for s in result["skipped"]}
+    assert [(row["algorithm"], row["place"]) for row in result["rows"]] == [
+        (n, p) for n in [cases.NATIVE_LABEL] + ours if n not in skipped for p in places]
+    for row in result["rows"]:
+        assert row["#wrong"] == 0 and row["iters"] >= 1 and row["comm_iters"] >= 1, row
+        assert all(row[key] >= 0 for key in nonblocking.TIMES), row
+        assert row["overall(us)"] > 0 and row["pure_comm(us)"] > 0 and 0 <= row["overlap(%)"] <= 100, row
+        # The row's overlap is the formula's on the row's own times (in any unit).
+        assert row["overlap(%)"] == pytest.approx(
+            nonblocking.overlap(row["overall(us)"], row["compute(us)"], row["pure_comm(us)"]))
+        assert row["native/ours"] == pytest.approx(
+            next(n["overall(us)"] for n in result["rows"] if n["algorithm"] == cases.NATIVE_LABEL
+                 and n["place"] == row["place"]) / row["overall(us)"])
+    assert [s["size"] for s in result["summary"]] == ([result["rows"][0]["size"]] if ours else [])
+    assert all(0 <= s["native overlap(%)"] <= 100 and s["default"] > 0 and s["auto"] > 0 for s in result["summary"])
+    data = _parse_osu(report.osu(result))
+    assert len(data) == len(result["rows"])
+    for row in data:
+        # Size, Overall, Compute, Pure Comm., Overlap(%) as osu_iallreduce; Coll. Init, MPI_Wait, Iterations.
+        assert len(row) == 8 and int(row[0]) == result["rows"][0]["size"] and float(row[1]) > 0
+        assert float(row[3]) > 0 and 0 <= float(row[4]) <= 100 and int(row[7]) >= 1
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("overall, compute, pure, want", [
+    (30.0, 20.0, 20.0, 50.0),     # half the communication showed beyond the compute
+    (35.0, 20.0, 20.0, 25.0),
+    (20.0, 20.0, 20.0, 100.0),    # all of it hidden
+    (40.0, 20.0, 20.0, 0.0),      # none hidden: post + wait cost the whole pure time
+    (55.0, 20.0, 20.0, 0.0),      # worse than none: clipped at 0 (OSU's max(0, ...))
+    (15.0, 20.0, 20.0, 100.0),    # overall below the compute (noise): clipped at 100
+    (3e-6, 2e-6, 4e-6, 75.0),     # seconds read as microseconds do
+    (130.0, 100.0, 40.0, 25.0),   # a compute longer than the communication
+    (5.0, 5.0, 0.0, 0.0),         # no communication time: nothing to hide
+])
+def test_overlap_formula(overall, compute, pure, want):
+    assert nonblocking.overlap(overall, compute, pure) == pytest.approx(want)
+
+
+def test_nonblocking_failed_row_is_never_timed(mpi_comm, monkeypatch):
+    # Native's start returns a request of a collective that never ran: its output stays poisoned,
+    # so its row carries the wrong count and no time, and OSU's block says FAILED.
+    started = cases.Case.started
+
+    class Idle:
+        def Wait(self):
+            return None
+
+    def idle_native(self, comm, **kw):
+        return (lambda: Idle()) if comm is mpi_comm else started(self, comm, **kw)
+    monkeypatch.setattr(cases.Case, "started", idle_native)
+    result = nonblocking.sweep(mpi_comm, "iallreduce", [64], algorithms=["auto"], **QUICK)
+    native = [row for row in result["rows"] if row["algorithm"] == cases.NATIVE_LABEL]
+    assert [row["#wrong"] for row in native] == [16 * mpi_comm.size]
+    assert all(native[0][key] is None for key in nonblocking.TIMES) and native[0]["iters"] == 0
+    assert all(row["#wrong"] == 0 and row["overall(us)"] > 0 and "native/ours" not in row
+               for row in result["rows"][1:])
+    assert result["summary"] == []
+    assert any(line.startswith("# FAILED validation: size 64") for line in report.osu(result))
+
+
 def _parse_osu(lines):
     """Parse OSU output the way its users' scripts do: skip '#' lines, split on whitespace."""
     return [line.split() for line in lines if line.strip() and not line.startswith("#")]
@@ -191,8 +261,11 @@ def test_command_line_sizes():
     with pytest.raises(SystemExit):
         cli.size_range(ap.parse_args(["-m", "8:64", "-b", "8"]))
     assert cli.tests_of(["p2p", "allreduce"], ap) == ["latency", "bw", "bibw", "exchange", "allreduce"]
+    assert cli.tests_of(["nonblocking", "iallreduce"], ap) == ["i" + test for test in cli.COLLECTIVE_TESTS]
+    assert cli.tests_of(["all"], ap) == list(cli.COLLECTIVE_TESTS) and set(cli.COLLECTIVE_TESTS) == set(cases.SPEC)
     assert cli.known_algorithm("ring", ["bcast", "allreduce"]) and cli.known_algorithm("auto", ["bcast"])
     assert not cli.known_algorithm("ring", ["bcast"]) and not cli.known_algorithm("rnig", ["allreduce"])
+    assert cli.known_algorithm("ring", ["iallreduce"]) and not cli.known_algorithm("ring", ["ibcast"])
     with pytest.raises(SystemExit):
         cli.main(["allreduce", "-a", "rnig"])
 

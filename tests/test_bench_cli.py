@@ -1,6 +1,7 @@
 """The installed benchmark command: it runs from any directory with a clean PYTHONPATH, its
 OSU and nccl-tests output parses as those tools' output does, and its repeat and plot modes
 work end to end.  Each test launches its own jobs, so the file runs in the suite's 1-rank launch only."""
+import json
 import os
 import subprocess
 import sys
@@ -87,6 +88,33 @@ def test_sweep_outputs_parse(tmp_path):
     rows = _data(got.stdout)
     assert len(rows) == 3 * 4 and all(len(row) == 13 and row[8] == "0" and row[12] == "0" for row in rows)
     assert got.stdout.count("# Avg bus bandwidth    :") == 3
+
+
+@installed
+def test_nonblocking_outputs_parse(tmp_path):
+    """``iallreduce``: OSU's four overlap columns (then the post, the wait and the iterations) per
+    contender, the overlap within [0, 100]; the CSV and the JSON carry the same fields."""
+    common = ["-m", "8:64", "-f", "8", "-i", "4", "-x", "1", "--budget", "0.2", "-a", "auto", "--no-json", "-q", "-c"]
+    got = mpiexec(2, [COMMAND, "iallreduce", "--csv", "out.csv", "--json", "out.json", *common],
+                  env={"PYTHONPATH": ""}, cwd=tmp_path, timeout=300)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.count("# OSU MPI Non-blocking Allreduce Latency Test") == 3  # native, default, auto
+    rows = _data(got.stdout)
+    assert len(rows) == 3 * 2
+    for row in rows:
+        # Size, Overall, Compute, Pure Comm., Overlap(%), Coll. Init, MPI_Wait, Iterations
+        assert len(row) == 8 and int(row[0]) in (8, 64) and float(row[1]) > 0 and float(row[3]) > 0
+        assert 0 <= float(row[4]) <= 100 and int(row[7]) >= 1
+    csv = (tmp_path / "out.csv").read_text().splitlines()
+    head = csv[0].split(",")
+    cells = [dict(zip(head, line.split(","))) for line in csv[1:]]
+    assert len(cells) == 6 and {c["collective"] for c in cells} == {"iallreduce"}
+    assert all(0 <= float(c["overlap(%)"]) <= 100 and float(c["overall(us)"]) > 0 and float(c["native/ours"]) > 0
+               for c in cells)
+    result = json.loads((tmp_path / "out.json").read_text())["results"][0]
+    assert result["collective"] == "iallreduce" and len(result["summary"]) == 2
+    assert all(row["#wrong"] == 0 and 0 <= row["overlap(%)"] <= 100 and row["compute(us)"] >= 0
+               for row in result["rows"])
 
 
 @installed
