@@ -18,24 +18,39 @@ import collectives
 from collectives import compression
 from collectives.registry import SHM, Shape, Topology
 
+# The neighbourhood collectives run on a periodic two-dimensional grid (MPI.Compute_dims):
+# four neighbours per rank, below and above in each dimension, as a stencil's halo exchange
+# has; at 2 ranks one dimension has size 2 and the other 1, MPI's edge cases of a rank that
+# is its neighbour on both sides.
+GRID_DIMS = 2
+NEIGHBOURS = 2 * GRID_DIMS
 # Per collective: the mpi4py method (ours has the same name), the nccl-tests bus-bandwidth
-# factor, and whether every rank holds 1/p of the data (so counts are multiples of p).
+# factor, and the blocks a vector splits into, as a function of p (so counts are their
+# multiples): p where every rank holds 1/p of the data, a neighbourhood's size, else 1.
 SPEC = {
-    "allreduce": ("Allreduce", lambda p: 2 * (p - 1) / p, False),
-    "bcast": ("Bcast", lambda p: 1.0, False),
-    "allgather": ("Allgather", lambda p: (p - 1) / p, True),
-    "reduce_scatter": ("Reduce_scatter_block", lambda p: (p - 1) / p, True),
-    "reduce": ("Reduce", lambda p: 1.0, False),
-    "alltoall": ("Alltoall", lambda p: (p - 1) / p, True),
-    "gather": ("Gather", lambda p: (p - 1) / p, True),
-    "scatter": ("Scatter", lambda p: (p - 1) / p, True),
-    "barrier": ("Barrier", lambda p: 0.0, False),
-    "scan": ("Scan", lambda p: 1.0, False),
+    "allreduce": ("Allreduce", lambda p: 2 * (p - 1) / p, lambda p: 1),
+    "bcast": ("Bcast", lambda p: 1.0, lambda p: 1),
+    "allgather": ("Allgather", lambda p: (p - 1) / p, lambda p: p),
+    "reduce_scatter": ("Reduce_scatter_block", lambda p: (p - 1) / p, lambda p: p),
+    "reduce": ("Reduce", lambda p: 1.0, lambda p: 1),
+    "alltoall": ("Alltoall", lambda p: (p - 1) / p, lambda p: p),
+    "alltoallv": ("Alltoallv", lambda p: (p - 1) / p, lambda p: p),
+    "gather": ("Gather", lambda p: (p - 1) / p, lambda p: p),
+    "scatter": ("Scatter", lambda p: (p - 1) / p, lambda p: p),
+    "barrier": ("Barrier", lambda p: 0.0, lambda p: 1),
+    "scan": ("Scan", lambda p: 1.0, lambda p: 1),
+    "exscan": ("Exscan", lambda p: 1.0, lambda p: 1),
+    "neighbor_allgather": ("Neighbor_allgather", lambda p: 1.0, lambda p: NEIGHBOURS),
+    "neighbor_alltoall": ("Neighbor_alltoall", lambda p: 1.0, lambda p: NEIGHBOURS),
 }
-REDUCING = ("allreduce", "reduce_scatter", "reduce", "scan")
+REDUCING = ("allreduce", "reduce_scatter", "reduce", "scan", "exscan")
 ROOTED = ("bcast", "reduce", "gather", "scatter")
-# In place has no meaning for a broadcast (always in place) or a barrier.
-NO_IN_PLACE = ("bcast", "barrier")
+NEIGHBOURHOOD = ("neighbor_allgather", "neighbor_alltoall")
+# In place has no meaning for a broadcast (always in place) or a barrier, and MPI has none for
+# the neighbourhood collectives.
+NO_IN_PLACE = ("bcast", "barrier") + NEIGHBOURHOOD
+# The v-form's algorithms are its collective's, chosen for counts that differ per rank.
+REGISTERED = {"alltoallv": "alltoall"}
 PERIOD, HALF, SCALE = 4093, 2046, 2.0 ** -10
 DTYPES = {"float32": "float", "float64": "double", "int32": "int32", "int64": "int64"}
 TYPE_NAMES = dict(DTYPES, uint8="byte")
@@ -58,6 +73,22 @@ def _data(base, rank, dtype):
     return ints.astype(dtype)
 
 
+def alltoallv_counts(p, part):
+    """The Alltoallv case's block counts: element (i, j) is what rank i sends to j, about
+    ``part`` and varying by half of it either way; symmetric, so a rank's send counts are its
+    receive counts, as MPI.IN_PLACE needs."""
+    i, j = np.indices((p, p))
+    return part + ((i + j) % 3 - 1) * (part // 2)
+
+
+def workspace(comm, collective):
+    """The communicator ``collective`` runs on: ``comm``, or for a neighbourhood collective a
+    new periodic grid over its ranks (GRID_DIMS dimensions), which the caller frees."""
+    if collective not in NEIGHBOURHOOD:
+        return comm
+    return comm.Create_cart(MPI.Compute_dims(comm.size, GRID_DIMS), periods=[True] * GRID_DIMS)
+
+
 def _poison(arr):
     arr.fill(np.nan if arr.dtype.kind == "f" else np.iinfo(arr.dtype).min)
 
@@ -66,7 +97,10 @@ class Case:
     """Buffers, calls and exact expected result of ``collective`` at ``count`` elements on ``comm``.
 
     ``count`` is the element count of the whole vector (the reduced vector, the gathered or
-    scattered whole); ``in_place`` passes MPI.IN_PLACE where MPI allows it.
+    scattered whole, a rank's send buffer of an all-to-all or a neighbourhood's receive buffer;
+    an Alltoallv's blocks vary around count / p, alltoallv_counts); ``in_place`` passes
+    MPI.IN_PLACE where MPI allows it.  A neighbourhood collective's ``comm`` is the grid
+    ``workspace`` makes.
     """
 
     def __init__(self, collective, count, comm, dtype="float32", op="sum", in_place=False, root=0):
@@ -75,11 +109,18 @@ class Case:
             raise ValueError(f"{collective}: no in-place variant")
         method = SPEC[collective][0]
         self.dtype = np.dtype(dtype)
-        idx = np.arange(count, dtype=np.int64)
+        # An Alltoallv rank sends up to 1.5 times ``count``.
+        idx = np.arange(count * 2 if collective == "alltoallv" else count, dtype=np.int64)
         base = (idx * 7 + (idx >> 12) * 3) % PERIOD
-        part = count // p if SPEC[collective][2] else count
-        n_in = part if collective in ("allgather", "gather") else count
-        inputs = [_data(base[:n_in], i, dtype) for i in range(p)]
+        part = count // SPEC[collective][2](p)
+        n_in = part if collective in ("allgather", "gather", "neighbor_allgather") else count
+        if collective == "alltoallv":
+            sent = alltoallv_counts(p, part)
+            starts = np.cumsum(sent, axis=1) - sent
+            n_in = sent.sum(axis=1)
+            inputs = [_data(base[:n_in[i]], i, dtype) for i in range(p)]
+        else:
+            inputs = [_data(base[:n_in], i, dtype) for i in range(p)]
         mine = self.send = inputs[r]
         kwargs = {"root": root} if collective in ROOTED else {}
         if collective in REDUCING:
@@ -91,9 +132,11 @@ class Case:
             self.out = np.empty(0, self.dtype)
         elif collective == "bcast":
             args, prefill, want = (self.out,), (inputs[root] if at_root else None), inputs[root]
-        elif collective in ("allreduce", "reduce", "scan"):
-            # A scan's result is the combination of ranks 0 .. r; a reduce's lands at the root only.
-            total = functools.reduce(OPS[op][1], inputs[:r + 1] if collective == "scan" else inputs)
+        elif collective in ("allreduce", "reduce", "scan", "exscan"):
+            # A scan's result is the combination of ranks 0 .. r, an exclusive scan's of ranks
+            # 0 .. r-1 (rank 0's is undefined); a reduce's lands at the root only.
+            upto = {"scan": r + 1, "exscan": r}.get(collective, p)
+            total = functools.reduce(OPS[op][1], inputs[:upto]) if upto else None
             gets = collective != "reduce" or at_root
             want = total if gets else None
             if in_place and gets:
@@ -128,6 +171,23 @@ class Case:
         elif collective == "alltoall":
             want = np.concatenate([inputs[j][r * part:(r + 1) * part] for j in range(p)])
             args, prefill = ((MPI.IN_PLACE, self.out), mine) if in_place else ((mine, self.out), None)
+        elif collective == "alltoallv":
+            layout = (sent[r], starts[r])
+            want = np.concatenate([inputs[j][starts[j, r]:starts[j, r] + sent[j, r]] for j in range(p)])
+            self.out = np.empty(mine.size, self.dtype)
+            args, prefill = (((MPI.IN_PLACE, [self.out, layout]), mine) if in_place
+                             else (([mine, layout], [self.out, layout]), None))
+        elif collective in NEIGHBOURHOOD:
+            # From the neighbour below in each dimension, what it sent up, then from the one
+            # above what it sent down: the whole buffer of an all-gather, the block of an all-to-all.
+            want = []
+            for d in range(GRID_DIMS):
+                below, above = comm.Shift(d, 1)
+                for source, block in ((below, 2 * d + 1), (above, 2 * d)):
+                    held = inputs[source]
+                    want.append(held if collective == "neighbor_allgather" else held[block * part:(block + 1) * part])
+            want = np.concatenate(want)
+            args = (mine, self.out)
         self.want = None if want is None else want
         self.prefill = prefill
         self.count = count
@@ -146,6 +206,12 @@ class Case:
         same) and returns its request."""
         method, args, kwargs = getattr(comm, "I" + self.method.lower()), self.args, {**self.kwargs, **kw}
         return lambda: method(*args, **kwargs)
+
+    def ran(self, comm):
+        """The algorithm a call on ``comm`` (a Comm) runs: the one its ``last_algorithm`` names
+        after a call, made on every rank."""
+        self.bound(comm)()
+        return comm.last_algorithm
 
     def check(self, call):
         """Run ``call`` once on poisoned output; the number of elements that differ from exact."""
@@ -194,14 +260,15 @@ class Compressed:
 
 
 def counts_for(collective, size_list, p, itemsize=4):
-    """Element counts for ``size_list`` bytes, multiples of p where data splits; [0] for barrier."""
+    """Element counts for ``size_list`` bytes, multiples of the blocks a vector splits into
+    (SPEC); [0] for barrier."""
     if collective == "barrier":
         return [0]
     out = []
     for nbytes in size_list:
         n = nbytes // itemsize
-        if SPEC[collective][2]:
-            n = max(p, n // p * p)
+        blocks = SPEC[collective][2](p)
+        n = max(blocks, n // blocks * blocks)
         out.append(max(n, 1))
     return sorted(set(out))
 
@@ -213,12 +280,13 @@ def contenders(collective, comm, count, algorithms=("all",), itemsize=4, shared=
     default and auto are always measured where we have the collective.  ``shared``: the bytes a
     phase of the benchmark Comm's shared segment carries, 0 when it has none."""
     rows = [(NATIVE_LABEL, "native", None)]
-    if collective not in collectives.ALGORITHMS:
+    registered = REGISTERED.get(collective, collective)
+    if registered not in collectives.ALGORITHMS:
         return rows
     rows += [(DEFAULT, DEFAULT, None), (AUTO, AUTO, None)]
-    named = collectives.ALGORITHMS[collective] + SHM[collective]
+    named = collectives.ALGORITHMS[registered] + SHM[registered]
     if "all" not in algorithms:
-        wanted = set(algorithms) | {f"{collective}_{a}" for a in algorithms}
+        wanted = set(algorithms) | {f"{registered}_{a}" for a in algorithms}
         named = [algo for algo in named if algo.name in wanted]
     arg = count * itemsize if collective == "bcast" else count
     # The shared-memory rows apply where the benchmark's Comm maps a segment (collectives.shm).
@@ -227,6 +295,6 @@ def contenders(collective, comm, count, algorithms=("all",), itemsize=4, shared=
         if importlib.util.find_spec(f"collectives.algorithms.{algo.name}") is None:
             rows.append((algo.name, None, "not implemented yet"))
         else:
-            reason = algo.applies(Shape(arg, count * itemsize), topology)
+            reason = algo.applies(Shape(arg, count * itemsize, registered == collective), topology)
             rows.append((algo.name, None if reason else algo.name, reason))
     return rows

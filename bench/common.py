@@ -17,8 +17,8 @@ import numpy as np
 # Where results go unless a command is told otherwise: under the current directory (the checkout's
 # bench/results when run from there), never into the installed package.
 RESULTS = os.path.join("bench", "results")
-COLLECTIVE_TESTS = ("allreduce", "bcast", "reduce", "allgather", "reduce_scatter", "alltoall", "gather",
-                    "scatter", "barrier", "scan")
+COLLECTIVE_TESTS = ("allreduce", "bcast", "reduce", "allgather", "reduce_scatter", "alltoall", "alltoallv",
+                    "gather", "scatter", "barrier", "scan", "exscan", "neighbor_allgather", "neighbor_alltoall")
 # The nonblocking form of each, named as OSU names its tests (osu_iallreduce, ...): mpi4py's
 # ``I`` method of the same collective, timed for overlap with computation (nonblocking.py).
 NONBLOCKING_TESTS = tuple("i" + test for test in COLLECTIVE_TESTS)

@@ -42,7 +42,7 @@ import collectives
 from collectives.comm import NATIVE
 
 from .cases import (AUTO, COMPRESS_PREFIX, DEFAULT, MALLOC, NATIVE_LABEL, NO_IN_PLACE, NO_MMAP, REDUCING, ROOTED,
-                    SPEC, TYPE_NAMES, Case, Compressed, contenders, counts_for)
+                    SPEC, TYPE_NAMES, Case, Compressed, contenders, counts_for, workspace)
 from .common import NONBLOCKING_TESTS, RESULTS, environment, human, stats, table
 
 THREAD_LEVELS = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
@@ -176,8 +176,9 @@ def sweep(comm, collective, size_list, *, algorithms=("all",), dtype="float32", 
         places = ("out",)
     p = comm.size
     factor = SPEC[collective][1](p)
-    ours = collectives.Comm(comm, check=False)
-    default = collectives.Comm(comm)
+    work = workspace(comm, collective)
+    ours = collectives.Comm(work, check=False)
+    default = collectives.Comm(work)
     rows, skipped, summary = [], [], []
     emit = emit or (lambda line: None)
     emit("\n".join(table(COLUMNS, [])))
@@ -185,7 +186,7 @@ def sweep(comm, collective, size_list, *, algorithms=("all",), dtype="float32", 
     counts = counts_for(collective, size_list, p, np.dtype(dtype).itemsize)
     try:
         for i, count in enumerate(counts):
-            cases = {place: Case(collective, count, comm, dtype, op, place == "in", root)
+            cases = {place: Case(collective, count, work, dtype, op, place == "in", root)
                      for place in places}
             nbytes = cases[places[0]].nbytes
             if progress:
@@ -195,7 +196,7 @@ def sweep(comm, collective, size_list, *, algorithms=("all",), dtype="float32", 
             skipped += [{"size": nbytes, "algorithm": n, "reason": why}
                         for n, key, why in named if key is None]
             live = [(n, key, place) for n, key, _ in named if key is not None for place in places]
-            handle = {"native": comm, DEFAULT: default, AUTO: ours}
+            handle = {"native": work, DEFAULT: default, AUTO: ours}
             calls = [cases[place].bound(handle[key]) if key in handle else cases[place].bound(ours, algorithm=key)
                      for _, key, place in live]
             checks = [cases[place] for _, _, place in live]
@@ -213,9 +214,9 @@ def sweep(comm, collective, size_list, *, algorithms=("all",), dtype="float32", 
                 block.append(result_row(cases[place], name, place, got if ok else None, k, wrong[j], factor))
                 block[-1].update(redop=redop, root=root if collective in ROOTED else -1)
                 if name in (DEFAULT, AUTO):
-                    # The algorithm the call ran (its explain line's name), so a launch can set
-                    # it beside the same algorithm's row by name.
-                    block[-1]["ran"] = handle[name].explain(collective, count, dtype).split(":")[0]
+                    # The algorithm the call runs, so a launch can set it beside the same
+                    # algorithm's row by name.
+                    block[-1]["ran"] = cases[place].ran(handle[name])
                 if isinstance(calls[j], Compressed):
                     block[-1].update(calls[j].columns(comm))
             add_ratios(block, NATIVE_LABEL)
@@ -225,6 +226,8 @@ def sweep(comm, collective, size_list, *, algorithms=("all",), dtype="float32", 
     finally:
         ours.Free()
         default.Free()
+        if work is not comm:
+            work.Free()
     return {"collective": collective, "np": p, "native": NATIVE_LABEL, "malloc": MALLOC,
             "dtype": dtype, "op": redop, "root": root, "places": list(places),
             "binding": binding(comm), "rows": rows, "skipped": skipped, "summary": summary}

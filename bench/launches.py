@@ -38,10 +38,14 @@ MPICH_ALGORITHMS = {
     "reduce_scatter": ("REDUCE_SCATTER_BLOCK", ["noncommutative", "recursive_doubling", "pairwise",
                                                 "recursive_halving", "nb"]),
     "alltoall": ("ALLTOALL", ["brucks", "k_brucks", "nb", "pairwise", "pairwise_sendrecv_replace", "scattered"]),
+    "alltoallv": ("ALLTOALLV", ["nb", "pairwise_sendrecv_replace", "scattered"]),
     "gather": ("GATHER", ["binomial", "nb"]),
     "scatter": ("SCATTER", ["binomial", "nb"]),
     "barrier": ("BARRIER", ["nb", "smp", "k_dissemination", "recexch"]),
     "scan": ("SCAN", ["nb", "smp", "recursive_doubling"]),
+    "exscan": ("EXSCAN", ["nb", "recursive_doubling"]),
+    "neighbor_allgather": ("NEIGHBOR_ALLGATHER", ["nb"]),
+    "neighbor_alltoall": ("NEIGHBOR_ALLTOALL", ["nb"]),
 }
 # Set by the launcher of a job; a job started from inside one must not inherit them.
 _LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "HYDRA_", "OMPI_", "PRTE_")

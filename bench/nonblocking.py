@@ -41,7 +41,7 @@ from mpi4py import MPI
 import collectives
 
 from .cases import (AUTO, DEFAULT, MALLOC, NATIVE_LABEL, NO_IN_PLACE, REDUCING, ROOTED, SPEC, TYPE_NAMES, Case,
-                    contenders, counts_for)
+                    contenders, counts_for, workspace)
 from .common import blocking, human
 from .harness import add_ratios, binding, header as blocking_header, osu_counts
 
@@ -183,16 +183,17 @@ def sweep(comm, test, size_list, *, algorithms=("all",), dtype="float32", op="su
     if collective in NO_IN_PLACE:
         places = ("out",)
     p = comm.size
-    ours = collectives.Comm(comm, check=False)
-    default = collectives.Comm(comm)
-    handle = {"native": comm, DEFAULT: default, AUTO: ours}
+    work = workspace(comm, collective)
+    ours = collectives.Comm(work, check=False)
+    default = collectives.Comm(work)
+    handle = {"native": work, DEFAULT: default, AUTO: ours}
     rows, skipped, summary = [], [], []
     redop = op if collective in REDUCING else "none"
     itemsize = np.dtype(dtype).itemsize
     try:
         counts = counts_for(collective, size_list, p, itemsize)
         for i, count in enumerate(counts):
-            cases = {place: Case(collective, count, comm, dtype, op, place == "in", root) for place in places}
+            cases = {place: Case(collective, count, work, dtype, op, place == "in", root) for place in places}
             nbytes = cases[places[0]].nbytes
             if progress:
                 progress(f"{test} np={p}: size {i + 1}/{len(counts)}, {human(nbytes)}")
@@ -217,13 +218,15 @@ def sweep(comm, test, size_list, *, algorithms=("all",), dtype="float32", op="su
                                         comm_iters, iters))
                 block[-1].update(redop=redop, root=root if collective in ROOTED else -1)
                 if name in (DEFAULT, AUTO):
-                    block[-1]["ran"] = handle[name].explain(collective, count, dtype).split(":")[0]
+                    block[-1]["ran"] = cases[place].ran(handle[name])
             add_ratios(block, NATIVE_LABEL, "overall(us)")
             rows += block
             summary += _summary(block, places[0])
     finally:
         ours.Free()
         default.Free()
+        if work is not comm:
+            work.Free()
     return {"collective": test, "np": p, "native": NATIVE_LABEL, "malloc": MALLOC, "dtype": dtype, "op": redop,
             "root": root, "places": list(places), "binding": binding(comm), "rows": rows, "skipped": skipped,
             "summary": summary}

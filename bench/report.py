@@ -13,7 +13,9 @@ from .common import NONBLOCKING_TESTS, blocking
 
 OSU_TITLES = {"allreduce": "Allreduce", "bcast": "Broadcast", "reduce": "Reduce", "allgather": "Allgather",
               "reduce_scatter": "Reduce_scatter", "alltoall": "All-to-All Personalized Exchange",
-              "gather": "Gather", "scatter": "Scatter", "barrier": "Barrier", "scan": "Scan"}
+              "alltoallv": "All-to-Allv Personalized Exchange", "gather": "Gather", "scatter": "Scatter",
+              "barrier": "Barrier", "scan": "Scan", "exscan": "Exscan", "neighbor_allgather": "Neighborhood Allgather",
+              "neighbor_alltoall": "Neighborhood All-to-All"}
 P2P_TITLES = {"latency": "Latency", "bw": "Bandwidth", "bibw": "Bi-Directional Bandwidth",
               "exchange": "Ring Exchange Latency"}
 # Per-row fields of the CSV, then the launch's.

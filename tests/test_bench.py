@@ -12,13 +12,21 @@ from bench.common import NONBLOCKING_TESTS, P2P_TESTS, blocking, sizes
 QUICK = dict(budget=0.0, min_reps=1, sample_s=0.0, iterations=1, warmup=0)
 
 
+def _ours(collective):
+    """Our rows of a test of ``collective``: default, auto and every algorithm by name (a
+    v-form's are its collective's); [] where MPI's own call is all there is."""
+    registered = cases.REGISTERED.get(collective, collective)
+    if registered not in collectives.ALGORITHMS:
+        return []
+    return [cases.DEFAULT, cases.AUTO] + collectives.names(registered) + collectives.shm_names(registered)
+
+
 @pytest.mark.parametrize("collective", list(cases.SPEC))
 def test_sweep(mpi_comm, collective):
     # 8 B: fewer elements than ranks for the all-reduce, one per rank where the data splits.
     result = harness.sweep(mpi_comm, collective, [8], places=("out", "in"), validate=True, **QUICK)
     counts = cases.counts_for(collective, [8], mpi_comm.size)
-    ours = ([cases.DEFAULT, cases.AUTO] + collectives.names(collective) + collectives.shm_names(collective)
-            if collective in collectives.ALGORITHMS else [])
+    ours = _ours(collective)
     want = [cases.NATIVE_LABEL] + ours
     places = ["out"] if collective in cases.NO_IN_PLACE else ["out", "in"]
     skipped = {(s["size"], s["algorithm"]) for s in result["skipped"]}
@@ -31,7 +39,7 @@ def test_sweep(mpi_comm, collective):
     if ours:
         # The best named algorithm is never the default or auto row, which are reported beside it.
         assert [s["size"] for s in result["summary"]] == [c * 4 if collective != "barrier" else 0 for c in counts]
-        assert all(s["best"] in collectives.names(collective) + collectives.shm_names(collective) for s in result["summary"])
+        assert all(s["best"] in ours[2:] for s in result["summary"])
         assert all(s["default"] > 0 and s["auto"] > 0 for s in result["summary"])
 
 
@@ -49,13 +57,18 @@ def test_dtypes_ops_root(mpi_comm, collective, dtype, op):
 
 @pytest.mark.parametrize("collective", [c for c in cases.SPEC if c != "barrier"])
 def test_check_catches_wrong_results(mpi_comm, collective):
-    case = cases.Case(collective, 4 * mpi_comm.size, mpi_comm, "int32")
-    if case.want is not None and case.prefill is None:  # a rank that receives nothing, or holds
-        # the result already (the root of a broadcast), has nothing to check
-        assert case.check(lambda: None) == case.want.size
-        assert case.check(lambda: case.out.__setitem__(slice(0, case.want.size), case.want)) == 0
-    # The exact reference is independent of ours: native MPI agrees with it.
-    assert case.check(case.bound(mpi_comm)) == 0
+    work = cases.workspace(mpi_comm, collective)
+    try:
+        case = cases.Case(collective, 4 * mpi_comm.size, work, "int32")
+        if case.want is not None and case.prefill is None:  # a rank that receives nothing, or
+            # holds the result already (the root of a broadcast), has nothing to check
+            assert case.check(lambda: None) == case.want.size
+            assert case.check(lambda: case.out.__setitem__(slice(0, case.want.size), case.want)) == 0
+        # The exact reference is independent of ours: native MPI agrees with it.
+        assert case.check(case.bound(work)) == 0
+    finally:
+        if work is not mpi_comm:
+            work.Free()
 
 
 @pytest.mark.parametrize("collective", ["allreduce", "bcast", "gather"])
@@ -155,8 +168,7 @@ def test_nonblocking_sweep(mpi_comm, test):
     collective = blocking(test)
     places = ["out"] if collective in cases.NO_IN_PLACE else ["out", "in"]
     result = nonblocking.sweep(mpi_comm, test, [64], places=places, validate=True, **QUICK)
-    ours = ([cases.DEFAULT, cases.AUTO] + collectives.names(collective) + collectives.shm_names(collective)
-            if collective in collectives.ALGORITHMS else [])
+    ours = _ours(collective)
     skipped = {s["algorithm"] for s in result["skipped"]}
     assert [(row["algorithm"], row["place"]) for row in result["rows"]] == [
         (n, p) for n in [cases.NATIVE_LABEL] + ours if n not in skipped for p in places]

@@ -18,7 +18,7 @@ source "$HERE/bench/jobs/common.sh"
 start_job bench "${PBS_JOBID:-local}"
 deadline=$(( SECONDS + ${SECONDS_LIMIT:-3600} - ${MARGIN:-300} ))
 
-for test in ${TESTS:-allreduce bcast reduce allgather reduce_scatter alltoall gather scatter barrier scan}; do
+for test in ${TESTS:-allreduce bcast reduce allgather reduce_scatter alltoall alltoallv gather scatter barrier scan exscan neighbor_allgather neighbor_alltoall}; do
   [ -s "$OUT/$test.json" ] && continue
   if [ "$SECONDS" -ge "$deadline" ]; then
     echo "walltime near: requeueing before $test"

@@ -22,7 +22,7 @@ start_job bench "${SLURM_JOB_ID:-local}"
 stop=0
 trap 'stop=1; echo "time limit near: no more tests"' TERM
 
-for test in ${TESTS:-allreduce bcast reduce allgather reduce_scatter alltoall gather scatter barrier scan}; do
+for test in ${TESTS:-allreduce bcast reduce allgather reduce_scatter alltoall alltoallv gather scatter barrier scan exscan neighbor_allgather neighbor_alltoall}; do
   [ "$stop" -eq 1 ] && break
   [ -s "$OUT/$test.json" ] && continue
   # In the background and waited for, so the trap runs as soon as the signal comes.
