@@ -133,8 +133,10 @@ SENT = {
     "alltoall_pairwise": _every(lambda p, n: (p - 1) / p * n),
     "alltoall_scattered": _every(lambda p, n: (p - 1) / p * n),
     "alltoall_bruck": _fold(lambda p, n: math.log2(p) * n / 2, lambda p, n: _lg(p) * n / 2, exact=False),
-    "neighbor_allgather_linear": _every(lambda p, n: n),
-    "neighbor_alltoall_linear": _every(lambda p, n: n),
+    # n less what a rank sends itself: with _builder_args' neighbours 0 and p - 1 every rank
+    # but those two sends all of n from 3 ranks; at 2 each copies half of it to itself.
+    "neighbor_allgather_linear": _every(lambda p, n: n if p > 2 else n / 2),
+    "neighbor_alltoall_linear": _every(lambda p, n: n if p > 2 else n / 2),
 }
 
 

@@ -229,3 +229,24 @@ def test_neighbor_mismatch_raises_everywhere(comm, mpi_comm, method):
     ring.Neighbor_allgather(np.full(1, float(r)), got)
     assert_everywhere(mpi_comm, assert_bytes_equal, got, np.array([(r - 1) % p, (r + 1) % p], float), "after")
     ring.Free()
+
+
+@pytest.mark.parametrize("method", ["Neighbor_alltoallv", "Ineighbor_alltoallv"])
+def test_neighbor_self_mismatch_raises_everywhere(comm, mpi_comm, method):
+    """A rank's message to itself (its schedule's copy) whose receive count differs raises
+    there, naming the message, and on the other ranks as another rank's invalid arguments;
+    then the communicator works on."""
+    p, r = comm.size, comm.rank
+    hood = comm.Create_dist_graph_adjacent([r, (r - 1) % p], [r, (r + 1) % p])
+    bad = r == 0
+    run = waiting(getattr(hood, method))
+    with pytest.raises(ValueError) as info:
+        run([np.zeros(3), [2 if bad else 1, 1]], [np.zeros(2), [1, 1]])
+    if bad:
+        assert str(info.value) == "Neighbor_alltoallv: rank 0 sends 2 elements to rank 0, which receives 1 from rank 0"
+    elif comm.check:
+        assert "invalid arguments on another rank" in str(info.value)
+    got = np.full(2, -1.0)
+    hood.Neighbor_alltoallv([np.array([r, 10.0 + r]), [1, 1]], [got, [1, 1]])
+    assert_everywhere(mpi_comm, assert_bytes_equal, got, np.array([r, 10.0 + (r - 1) % p]), "after")
+    hood.Free()
