@@ -142,6 +142,21 @@ def main():
         report.step("Allgather in place, block of rank 0",
                     lambda: comm.Allgather(MPI.IN_PLACE, out.view(np.int8)), out[:N], pattern(0))
         report.step("  (the same call) block of rank 1", lambda: None, out[N:], pattern(1))
+    del out
+    gc.collect()
+
+    # Each rank sends the other one block of N and itself nothing: the all-to-all's messages
+    # over the int count, in the memory of one block each way.
+    with collectives.Comm(WORLD) as comm:
+        send, recv = np.empty(N, np.uint8), np.empty(N, np.uint8)
+        fill(send, pattern(r))
+        layout = ([0, N], [0, 0]) if r == 0 else ([N, 0], [0, 0])
+        for name in ("alltoall_pairwise", "alltoall_scattered"):
+            recv.fill(255)
+            report.step(f"Alltoallv {name[len('alltoall_'):]}, N each way",
+                        lambda name=name: comm.Alltoallv([send.view(np.int8), layout], [recv.view(np.int8), layout],
+                                                         algorithm=name), recv, pattern(1 - r))
+        del send, recv
 
     peak = WORLD.gather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     failed = report.failed

@@ -1,6 +1,7 @@
 """Studies: one-off measurements behind docs/results/, run from the repository
 (``mpiexec -n 4 python -m bench.studies.<name>``, or the make target named), not installed.
 
+* alltoallv: what Alltoallv's cross-rank check and its plans cost, counts fixed and changing.
 * dataservers: training throughput with data servers against partitioned reading (make bench-stragglers).
 * kernels: the native kernels' throughput against the best NumPy expression (make bench-kernels).
 * osu_demos: mpi4py's own OSU demos on a Comm beside COMM_WORLD (make bench-osu).
