@@ -4,6 +4,7 @@ import argparse
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 import collectives
 from bench import cases, cli, harness, nonblocking, p2p, report
@@ -172,23 +173,33 @@ def test_nonblocking_sweep(mpi_comm, test):
     skipped = {s["algorithm"] for s in result["skipped"]}
     assert [(row["algorithm"], row["place"]) for row in result["rows"]] == [
         (n, p) for n in [cases.NATIVE_LABEL] + ours if n not in skipped for p in places]
-    for row in result["rows"]:
+    rows = result["rows"]
+    # Open MPI 5.0's Ineighbor_alltoall puts the two blocks of a dimension of size 1 or 2 (the
+    # grid's at up to 4 ranks) the other way round from MPI-4's order, which its blocking
+    # Neighbor_alltoall and ours follow: the sweep counts its elements wrong and never times it.
+    diverges = test == "ineighbor_alltoall" and MPI.Get_library_version().startswith("Open MPI")
+    if diverges:
+        native = [row for row in rows if row["algorithm"] == cases.NATIVE_LABEL]
+        assert all(row["#wrong"] > 0 and row["overall(us)"] is None for row in native), native
+        rows = [row for row in rows if row["algorithm"] != cases.NATIVE_LABEL]
+    for row in rows:
         assert row["#wrong"] == 0 and row["iters"] >= 1 and row["comm_iters"] >= 1, row
         assert all(row[key] >= 0 for key in nonblocking.TIMES), row
         assert row["overall(us)"] > 0 and row["pure_comm(us)"] > 0 and 0 <= row["overlap(%)"] <= 100, row
         # The row's overlap is the formula's on the row's own times (in any unit).
         assert row["overlap(%)"] == pytest.approx(
             nonblocking.overlap(row["overall(us)"], row["compute(us)"], row["pure_comm(us)"]))
-        assert row["native/ours"] == pytest.approx(
-            next(n["overall(us)"] for n in result["rows"] if n["algorithm"] == cases.NATIVE_LABEL
-                 and n["place"] == row["place"]) / row["overall(us)"])
-    assert [s["size"] for s in result["summary"]] == ([result["rows"][0]["size"]] if ours else [])
+        if not diverges:
+            assert row["native/ours"] == pytest.approx(
+                next(n["overall(us)"] for n in rows if n["algorithm"] == cases.NATIVE_LABEL
+                     and n["place"] == row["place"]) / row["overall(us)"])
+    assert [s["size"] for s in result["summary"]] == ([rows[0]["size"]] if ours and not diverges else [])
     assert all(0 <= s["native overlap(%)"] <= 100 and s["default"] > 0 and s["auto"] > 0 for s in result["summary"])
     data = _parse_osu(report.osu(result))
-    assert len(data) == len(result["rows"])
+    assert len(data) == len(rows)
     for row in data:
         # Size, Overall, Compute, Pure Comm., Overlap(%) as osu_iallreduce; Coll. Init, MPI_Wait, Iterations.
-        assert len(row) == 8 and int(row[0]) == result["rows"][0]["size"] and float(row[1]) > 0
+        assert len(row) == 8 and int(row[0]) == rows[0]["size"] and float(row[1]) > 0
         assert float(row[3]) > 0 and 0 <= float(row[4]) <= 100 and int(row[7]) >= 1
 
 
