@@ -1,6 +1,8 @@
 """Nonblocking collectives: same results as blocking, any completion order, a rank's own bad argument
 at the call and the others' errors at wait(),
-blocking calls queued behind pending ones, and progress while the caller computes."""
+blocking calls queued behind pending ones, progress while the caller computes, and a wait()
+that runs what the progress thread has not started."""
+import threading
 import time
 
 import numpy as np
@@ -8,6 +10,7 @@ import pytest
 from mpi4py import MPI
 
 from collectives import Comm
+from collectives.nonblocking import Progress
 
 N = 10007  # prime, uneven over any rank count
 
@@ -98,6 +101,41 @@ def test_mismatch_surfaces_at_wait(comm, mpi_comm):
     out = np.zeros(5)
     comm.Iallreduce(np.ones(5), out).wait()  # the communicator is still usable
     assert (out == comm.size).all()
+
+
+@pytest.mark.serial
+def test_wait_runs_what_the_thread_has_not_started():
+    """Holding the queue's lock keeps the progress thread from taking a job (the lock is
+    reentrant, so this thread still can): wait() on the last of three runs all three here,
+    in order; an error stays with its own request; and while the thread runs a job, a wait()
+    on the next one does not run it beside it."""
+    progress = Progress()
+    ran = []
+
+    def job(name, fail=False):
+        def run():
+            ran.append((name, threading.get_ident()))
+            if fail:
+                raise ValueError(name)
+        return run
+    try:
+        with progress._cv:
+            reqs = [progress.submit(job("a")), progress.submit(job("b", fail=True)), progress.submit(job("c"))]
+            reqs[2].wait()
+        assert ran == [(name, threading.get_ident()) for name in "abc"]
+        assert reqs[0].test()
+        with pytest.raises(ValueError, match="b"):
+            reqs[1].wait()
+        gate, started = threading.Event(), threading.Event()
+        busy = progress.submit(lambda: (started.set(), gate.wait(), ran.append(("busy", threading.get_ident()))))
+        assert started.wait(60)
+        after = progress.submit(job("after"))
+        threading.Timer(0.05, gate.set).start()
+        after.wait()
+        # Run beside the busy job, "after" would come first: it ends only once the gate opens.
+        assert busy.test() and [name for name, _ in ran[-2:]] == ["busy", "after"]
+    finally:
+        progress.close()
 
 
 def test_free_finishes_pending_work_and_stops_the_thread(mpi_comm):
