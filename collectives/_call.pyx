@@ -825,15 +825,14 @@ cdef int describe_neighbor(Call c, bint allgather, bint vector, object sendbuf, 
         recv_end = max(recv_end, rdis[i] + rcnt[i])
     c.digest = edges_digest(hood.sends, r, 0, scnt, True) - edges_digest(hood.recvs, 0, r, rcnt, False)
     # A rank's messages to itself are copies in the schedule: both ends are here to compare.
-    own_sent = {k: scnt[block] // size for peer, block, k in hood.sends if peer == r}
-    own_got = {k: rcnt[block] // size for peer, block, k in hood.recvs if peer == r}
-    if own_sent != own_got:
-        k = min(k for k in own_sent.keys() | own_got.keys() if own_sent.get(k) != own_got.get(k))
+    for k, out, into in hood.own:
+        if out is not None and into is not None and scnt[out] == rcnt[into]:
+            continue
         which = f" (message {k + 1} to itself)" if k else ""
-        if k not in own_sent:
+        if out is None:
             raise ValueError(f"{name}: rank {r} receives from itself but sends itself no message{which}")
-        theirs = "no message" if k not in own_got else own_got[k]
-        raise ValueError(f"{name}: rank {r} sends {own_sent[k]} elements to rank {r}, which receives {theirs} "
+        theirs = "no message" if into is None else rcnt[into] // size
+        raise ValueError(f"{name}: rank {r} sends {scnt[out] // size} elements to rank {r}, which receives {theirs} "
                          f"from rank {r}{which}")
     c.template, c.summed, c.uniform = not c.once, True, not vector
     c.count, c.nbytes = total // size if size else 0, total

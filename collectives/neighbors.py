@@ -29,6 +29,7 @@ class Neighbourhood(NamedTuple):
     outdegree: int  # send blocks
     sends: tuple    # (destination, send block, k): the k-th message to that destination, in posting order
     recvs: tuple    # (source, receive block, k): the k-th message from that source, in posting order
+    own: tuple      # (k, send block, receive block) of the rank's k-th message to itself; None: no such end
 
 
 def _numbered(edges):
@@ -40,6 +41,14 @@ def _numbered(edges):
             out.append((peer, block, seen.get(peer, 0)))
             seen[peer] = seen.get(peer, 0) + 1
     return tuple(out)
+
+
+def _own(rank, sends, recvs):
+    """(k, send block, receive block) per message of ``rank`` to itself, k in order, None for
+    an end the neighbourhood lacks."""
+    out = {k: block for peer, block, k in sends if peer == rank}
+    into = {k: block for peer, block, k in recvs if peer == rank}
+    return tuple((k, out.get(k), into.get(k)) for k in sorted(out.keys() | into.keys()))
 
 
 def typed(comm):
@@ -59,15 +68,18 @@ def neighbourhood(comm):
     comm = typed(comm)
     kind = comm.Get_topology()
     if kind == MPI.CART:
-        cart = comm
-        shifts = [cart.Shift(d, 1) for d in range(cart.Get_dim())]
+        shifts = [comm.Shift(d, 1) for d in range(comm.Get_dim())]
+        indegree = outdegree = 2 * len(shifts)
         sends = [edge for d, (below, above) in enumerate(shifts) for edge in ((above, 2 * d + 1), (below, 2 * d))]
         recvs = [edge for d, (below, above) in enumerate(shifts) for edge in ((below, 2 * d), (above, 2 * d + 1))]
-        return Neighbourhood(2 * len(shifts), 2 * len(shifts), _numbered(sends), _numbered(recvs))
-    if kind == MPI.GRAPH:
+    elif kind == MPI.GRAPH:
         peers = comm.Get_neighbors(comm.Get_rank())
-        edges = [(peer, k) for k, peer in enumerate(peers)]
-        return Neighbourhood(len(peers), len(peers), _numbered(edges), _numbered(edges))
-    sources, destinations, _ = comm.Get_dist_neighbors()
-    return Neighbourhood(len(sources), len(destinations), _numbered((p, k) for k, p in enumerate(destinations)),
-                         _numbered((p, k) for k, p in enumerate(sources)))
+        indegree = outdegree = len(peers)
+        sends = recvs = [(peer, k) for k, peer in enumerate(peers)]
+    else:
+        sources, destinations, _ = comm.Get_dist_neighbors()
+        indegree, outdegree = len(sources), len(destinations)
+        sends = [(p, k) for k, p in enumerate(destinations)]
+        recvs = [(p, k) for k, p in enumerate(sources)]
+    sends, recvs = _numbered(sends), _numbered(recvs)
+    return Neighbourhood(indegree, outdegree, sends, recvs, _own(comm.Get_rank(), sends, recvs))
