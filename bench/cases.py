@@ -7,6 +7,7 @@ summation order gives the same result exactly, and a case's ``check`` counts the
 differ from it.  The timing of the calls is in harness.py, and of their nonblocking forms
 (``Case.started``) in nonblocking.py.
 """
+import contextlib
 import functools
 import importlib.util
 import os
@@ -87,6 +88,22 @@ def workspace(comm, collective):
     if collective not in NEIGHBOURHOOD:
         return comm
     return comm.Create_cart(MPI.Compute_dims(comm.size, GRID_DIMS), periods=[True] * GRID_DIMS)
+
+
+@contextlib.contextmanager
+def handles(comm, collective):
+    """The communicators a sweep of ``collective`` times its contenders on, freed after: native
+    (``comm``, or the grid ``workspace`` makes), default (``collectives.Comm`` over it, checked)
+    and auto (unchecked, which also runs the algorithms named)."""
+    work = workspace(comm, collective)
+    default, ours = collectives.Comm(work), collectives.Comm(work, check=False)
+    try:
+        yield {"native": work, DEFAULT: default, AUTO: ours}
+    finally:
+        ours.Free()
+        default.Free()
+        if work is not comm:
+            work.Free()
 
 
 def _poison(arr):

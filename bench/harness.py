@@ -38,11 +38,10 @@ import os
 import numpy as np
 from mpi4py import MPI
 
-import collectives
 from collectives.comm import NATIVE
 
 from .cases import (AUTO, COMPRESS_PREFIX, DEFAULT, MALLOC, NATIVE_LABEL, NO_IN_PLACE, NO_MMAP, REDUCING, ROOTED,
-                    SPEC, TYPE_NAMES, Case, Compressed, contenders, counts_for, workspace)
+                    SPEC, TYPE_NAMES, Case, Compressed, contenders, counts_for, handles)
 from .common import NONBLOCKING_TESTS, RESULTS, environment, human, stats, table
 
 THREAD_LEVELS = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
@@ -176,15 +175,13 @@ def sweep(comm, collective, size_list, *, algorithms=("all",), dtype="float32", 
         places = ("out",)
     p = comm.size
     factor = SPEC[collective][1](p)
-    work = workspace(comm, collective)
-    ours = collectives.Comm(work, check=False)
-    default = collectives.Comm(work)
     rows, skipped, summary = [], [], []
     emit = emit or (lambda line: None)
     emit("\n".join(table(COLUMNS, [])))
     redop = op if collective in REDUCING else "none"
     counts = counts_for(collective, size_list, p, np.dtype(dtype).itemsize)
-    try:
+    with handles(comm, collective) as handle:
+        work, ours = handle["native"], handle[AUTO]
         for i, count in enumerate(counts):
             cases = {place: Case(collective, count, work, dtype, op, place == "in", root)
                      for place in places}
@@ -196,7 +193,6 @@ def sweep(comm, collective, size_list, *, algorithms=("all",), dtype="float32", 
             skipped += [{"size": nbytes, "algorithm": n, "reason": why}
                         for n, key, why in named if key is None]
             live = [(n, key, place) for n, key, _ in named if key is not None for place in places]
-            handle = {"native": work, DEFAULT: default, AUTO: ours}
             calls = [cases[place].bound(handle[key]) if key in handle else cases[place].bound(ours, algorithm=key)
                      for _, key, place in live]
             checks = [cases[place] for _, _, place in live]
@@ -223,11 +219,6 @@ def sweep(comm, collective, size_list, *, algorithms=("all",), dtype="float32", 
             rows += block
             emit("\n".join(table(COLUMNS, block)[1:]))
             summary += _summary(block, places[0])
-    finally:
-        ours.Free()
-        default.Free()
-        if work is not comm:
-            work.Free()
     return {"collective": collective, "np": p, "native": NATIVE_LABEL, "malloc": MALLOC,
             "dtype": dtype, "op": redop, "root": root, "places": list(places),
             "binding": binding(comm), "rows": rows, "skipped": skipped, "summary": summary}

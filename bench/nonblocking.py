@@ -38,10 +38,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-import collectives
-
 from .cases import (AUTO, DEFAULT, MALLOC, NATIVE_LABEL, NO_IN_PLACE, REDUCING, ROOTED, SPEC, TYPE_NAMES, Case,
-                    contenders, counts_for, workspace)
+                    contenders, counts_for, handles)
 from .common import blocking, human
 from .harness import add_ratios, binding, header as blocking_header, osu_counts
 
@@ -183,14 +181,11 @@ def sweep(comm, test, size_list, *, algorithms=("all",), dtype="float32", op="su
     if collective in NO_IN_PLACE:
         places = ("out",)
     p = comm.size
-    work = workspace(comm, collective)
-    ours = collectives.Comm(work, check=False)
-    default = collectives.Comm(work)
-    handle = {"native": work, DEFAULT: default, AUTO: ours}
     rows, skipped, summary = [], [], []
     redop = op if collective in REDUCING else "none"
     itemsize = np.dtype(dtype).itemsize
-    try:
+    with handles(comm, collective) as handle:
+        work, ours = handle["native"], handle[AUTO]
         counts = counts_for(collective, size_list, p, itemsize)
         for i, count in enumerate(counts):
             cases = {place: Case(collective, count, work, dtype, op, place == "in", root) for place in places}
@@ -222,11 +217,6 @@ def sweep(comm, test, size_list, *, algorithms=("all",), dtype="float32", op="su
             add_ratios(block, NATIVE_LABEL, "overall(us)")
             rows += block
             summary += _summary(block, places[0])
-    finally:
-        ours.Free()
-        default.Free()
-        if work is not comm:
-            work.Free()
     return {"collective": test, "np": p, "native": NATIVE_LABEL, "malloc": MALLOC, "dtype": dtype, "op": redop,
             "root": root, "places": list(places), "binding": binding(comm), "rows": rows, "skipped": skipped,
             "summary": summary}
